@@ -1,0 +1,121 @@
+"""`verl-launch HOSTS JOB`: plan roles onto hosts, start and supervise them,
+write the run folder, exit 0 done / 1 a role failed for good / 2 bad input /
+130 interrupted. Never imports torch or an algorithm."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from verl_zmq.config import ConfigError, dumps_job, load_job
+
+from .hosts import HostsError, load_hosts
+from .plan import Plan, make_plan
+from .remote import check_reachable, full_argv
+from .supervisor import EXIT_BAD_INPUT, Supervisor
+
+
+def _bad(msg: str) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def print_plan(plan: Plan, job, run_dir: Path) -> None:
+    rows = [(p.member_id, p.role, p.group, plan.host_of(p).address) for p in plan.placements]
+    widths = [max(len(r[i]) for r in rows + [("member", "role", "group", "host")])
+              for i in range(4)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    click.echo(fmt.format("member", "role", "group", "host"))
+    for r in rows:
+        click.echo(fmt.format(*r))
+    click.echo(f"\nregistry: {plan.registry_endpoint}\n\ncommands (the job arrives on stdin):")
+    for p in plan.placements:
+        click.echo(f"  {p.member_id}: {shlex.join(full_argv(job, plan, p, run_dir))}")
+
+
+def preflight_check(job_file: Path) -> None:
+    """`verl check` in a subprocess: what needs torch or gymnasium to know."""
+    r = subprocess.run([sys.executable, "-m", "verl_zmq.cli", "check", "--quiet", str(job_file)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        msg = r.stderr.strip() or r.stdout.strip()
+        click.echo(msg if msg.startswith("error:") else f"error: {msg}", err=True)
+        sys.exit(EXIT_BAD_INPUT if r.returncode == 2 else 1)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("hosts_spec", metavar="HOSTS")
+@click.argument("job_path", metavar="JOB")
+@click.option("--set", "overrides", multiple=True, help="Override a job key: section.key=value.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and commands; start nothing.")
+@click.option("--resume", "resume", default=None, help="Continue the run in this run folder.")
+@click.option("--run-dir", default=None, help="Run folder (default runs/<name>/<stamp>).")
+def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir):
+    """Start a whole job: HOSTS is a hosts file, `local` or `slurm`; JOB a job file."""
+    try:
+        job = load_job(job_path, overrides)
+        hosts = load_hosts(hosts_spec)
+        plan = make_plan(job, hosts)
+    except (ConfigError, HostsError) as e:
+        _bad(str(e))
+    from verl_zmq.transport import curve_enabled
+
+    if resume:
+        rd = Path(resume)
+        if not (rd / "plan.json").exists():
+            _bad(f"--resume {resume}: no plan.json in that folder")
+        plan = Plan.from_json((rd / "plan.json").read_text(), job.registry_port)
+    else:
+        rd = Path(run_dir) if run_dir else (Path(job.experiment.runs_dir) / job.experiment.name
+                                            / time.strftime("%Y%m%d-%H%M%S"))
+    if dry_run:
+        print_plan(plan, job, rd.resolve())
+        return
+    remote = [h for h in plan.hosts if not h.is_local]
+    if remote:
+        async def probe():
+            return await asyncio.gather(*(check_reachable(job, h) for h in remote))
+
+        for h, why in zip(remote, asyncio.run(probe())):
+            if why:
+                _bad(f"host {h.ssh_target} (hosts line {h.line}) is unreachable by SSH: {why}")
+    rd.mkdir(parents=True, exist_ok=True)
+    rd = rd.resolve()
+    job_text = dumps_job(job)
+    (rd / "job.toml").write_text(job_text)
+    preflight_check(rd / "job.toml")
+    plan.write(rd)
+    keys = None
+    if curve_enabled(job.security.curve, [h.address for h in plan.hosts]):
+        from verl_zmq.transport import CurveKeys
+
+        k = CurveKeys.generate()
+        keys = {"public": k.public, "secret": k.secret}
+    from verl_zmq.log import setup_logging
+
+    (rd / "logs").mkdir(exist_ok=True)
+    stream = open(rd / "logs" / "launcher.jsonl", "a", buffering=1)  # noqa: SIM115
+    log = setup_logging("launcher", "launcher", stream=stream)
+    click.echo(f"run folder: {rd}", err=True)
+    sup = Supervisor(job, plan, rd, job_text, keys, log)
+    rc = asyncio.run(sup.run())
+    summary = sup.summary()
+    (rd / "summary.json").write_text(json.dumps(summary, indent=2))
+    log.info("launcher_finished", **{k: v for k, v in summary.items() if k != "evaluations"})
+    click.echo(f"{summary['status']}: env steps {summary['env_steps']:,}, best eval "
+               f"{summary['best_eval_return']}, final eval {summary['final_eval_return']}, "
+               f"wall {summary['wall_s']:.1f}s; summary: {rd / 'summary.json'}", err=True)
+    for m, err in summary["failed_roles"].items():
+        click.echo(f"failed for good: {m}\n{err}", err=True)
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Hosts: a hosts file, `local`, or `slurm` (the current allocation).
+
+Hosts file: one host a line,
+    [user@]host[:port] [slots=N] [roles=a,b,...] [python=PATH] [workdir=PATH]
+with `#` comments and blank lines. Errors name the file and the line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROLE_NAMES = ("registry", "replay", "learner", "evaluator", "sampler", "peer")
+LOCAL_NAMES = ("localhost", "127.0.0.1")
+
+
+class HostsError(Exception):
+    """A hosts file (or Slurm environment) that cannot be used; says where and why."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """One machine the job may use, and how to reach it."""
+
+    address: str
+    user: str = ""
+    port: int = 0  # 0: ssh's default (or ~/.ssh/config)
+    slots: int = 0  # 0: no limit
+    roles: tuple[str, ...] = ()  # empty: any role
+    python: str = ""
+    workdir: str = ""
+    line: int = 0
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def is_local(self) -> bool:
+        """localhost and 127.0.0.1 run without SSH; every other address goes through it."""
+        return self.address in LOCAL_NAMES and not self.user and not self.port
+
+    @property
+    def ssh_target(self) -> str:
+        return f"{self.user}@{self.address}" if self.user else self.address
+
+    @property
+    def bind_address(self) -> str:
+        return "127.0.0.1" if self.address == "localhost" else self.address
+
+    def allows(self, role: str) -> bool:
+        return not self.roles or role in self.roles
+
+
+_HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+|\[[0-9a-fA-F:]+\])"
+                      r"(?::(?P<port>[^:]+))?$")
+
+
+def parse_hosts(text: str, source: str = "<hosts>") -> list[Host]:
+    hosts: list[Host] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{source}:{n}"
+        first, *opts = line.split()
+        m = _HOST_RE.match(first)
+        if not m:
+            raise HostsError(f"{where}: {first!r} is not [user@]host[:port]")
+        port = 0
+        if m.group("port") is not None:
+            p = m.group("port")
+            if not p.isdigit() or not 1 <= int(p) <= 65535:
+                raise HostsError(f"{where}: port {p!r} is not a number from 1 to 65535")
+            port = int(p)
+        kw: dict = {}
+        for opt in opts:
+            key, eq, value = opt.partition("=")
+            if not eq or not value:
+                raise HostsError(f"{where}: option {opt!r} is not key=value")
+            if key == "slots":
+                if not value.isdigit() or int(value) < 1:
+                    raise HostsError(f"{where}: slots={value!r}: expected a positive integer")
+                kw["slots"] = int(value)
+            elif key == "roles":
+                roles = tuple(r.strip() for r in value.split(",") if r.strip())
+                bad = [r for r in roles if r not in ROLE_NAMES]
+                if bad or not roles:
+                    what = f"unknown role {bad[0]!r}" if bad else "no role named"
+                    raise HostsError(f"{where}: roles={value!r}: {what}; roles are "
+                                     f"{', '.join(ROLE_NAMES)}")
+                kw["roles"] = roles
+            elif key in ("python", "workdir"):
+                kw[key] = value
+            else:
+                import difflib
+
+                close = difflib.get_close_matches(key, ["slots", "roles", "python", "workdir"], 1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise HostsError(f"{where}: unknown option {key!r}{hint}; options are slots=, "
+                                 f"roles=, python=, workdir=")
+        hosts.append(Host(address=m.group("host").strip("[]"), user=m.group("user") or "",
+                          port=port, line=n, **kw))
+    if not hosts:
+        raise HostsError(f"{source}: no hosts (every line is blank or a comment)")
+    return hosts
+
+
+def expand_nodelist(spec: str) -> list[str]:
+    """Expand Slurm's compressed node list (`node[01-04,07],gpu5`) without Slurm tools."""
+    names: list[str] = []
+    buf, depth, parts = "", 0, []
+    for ch in spec:  # split on commas outside brackets
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(buf)
+            buf = ""
+        else:
+            buf += ch
+    parts.append(buf)
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        m = re.fullmatch(r"([^\[]*)\[([^\]]+)\](.*)", part)
+        if not m:
+            names.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for r in ranges.split(","):
+            lo, dash, hi = r.partition("-")
+            if not lo.isdigit() or (dash and not hi.isdigit()):
+                raise HostsError(f"SLURM_JOB_NODELIST: bad range {r!r} in {spec!r}")
+            width = len(lo)
+            for k in range(int(lo), int(hi if dash else lo) + 1):
+                names.extend(expand_nodelist(f"{prefix}{k:0{width}d}{suffix}"))
+    return names
+
+
+def slurm_hosts(env: dict | None = None) -> list[Host]:
+    env = os.environ if env is None else env
+    spec = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not spec:
+        raise HostsError("slurm: SLURM_JOB_NODELIST is not set (run inside an allocation)")
+    slots = 0
+    per = env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_CPUS_ON_NODE") or ""
+    m = re.match(r"(\d+)", per)
+    if m:
+        slots = int(m.group(1))
+    return [Host(address=n, slots=slots, line=i + 1) for i, n in enumerate(expand_nodelist(spec))]
+
+
+def load_hosts(spec: str) -> list[Host]:
+    """HOSTS as given on the command line: a file, `local` or `slurm`."""
+    if spec == "local":
+        return [Host(address="127.0.0.1")]
+    if spec == "slurm":
+        return slurm_hosts()
+    path = Path(spec)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise HostsError(f"{spec}: cannot read hosts file: {e.strerror or e}") from None
+    return parse_hosts(text, str(path))

@@ -1,0 +1,107 @@
+"""Placement: which role runs on which host, written to plan.json.
+
+The registry goes first (on the first host that allows it); learners, peers
+and replay shards go where they are allowed, filling hosts in order; samplers
+are spread round-robin over the hosts that allow them. `slots` bounds the
+number of roles (or, with `resources.<role>.cpu`, the cpus) put on a host.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from verl_zmq.config import Job
+from verl_zmq.specs import default_specs
+
+from .hosts import Host, HostsError
+
+
+@dataclass
+class Placement:
+    """One role process: who it is and where it runs."""
+
+    member_id: str
+    role: str
+    group: str
+    host: int  # index into the plan's hosts
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Plan:
+    """The hosts and every role's placement; the registry's endpoint follows."""
+
+    hosts: list[Host]
+    placements: list[Placement]
+    registry_port: int
+
+    @property
+    def registry_endpoint(self) -> str:
+        reg = next(p for p in self.placements if p.role == "registry")
+        return f"tcp://{self.hosts[reg.host].bind_address}:{self.registry_port}"
+
+    def host_of(self, p: Placement) -> Host:
+        return self.hosts[p.host]
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "registry": self.registry_endpoint,
+            "hosts": [{k: v for k, v in asdict(h).items() if k != "extra"} for h in self.hosts],
+            "placements": [p.to_dict() for p in self.placements],
+        }, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str, registry_port: int) -> Plan:
+        d = json.loads(text)
+        hosts = [Host(**{**h, "roles": tuple(h.get("roles", ()))}) for h in d["hosts"]]
+        return cls(hosts, [Placement(**p) for p in d["placements"]], registry_port)
+
+    def write(self, run_dir: Path) -> None:
+        (run_dir / "plan.json").write_text(self.to_json())
+
+
+def role_list(job: Job) -> list[tuple[str, str, str]]:
+    """(member id, role, group) for every role of the job, registry first."""
+    return [(s.member_id, s.role, s.group) for s in default_specs(job)]
+
+
+def _cpu(job: Job, role: str) -> int:
+    res = getattr(job.resources, role, None)
+    return max(1, res.cpu) if res is not None else 1
+
+
+def make_plan(job: Job, hosts: list[Host]) -> Plan:
+    used = [0] * len(hosts)
+    placements: list[Placement] = []
+    rr = 0
+
+    def fits(i: int, role: str) -> bool:
+        h = hosts[i]
+        return h.allows(role) and (not h.slots or used[i] + _cpu(job, role) <= h.slots)
+
+    for member_id, role, group in role_list(job):
+        candidates = [i for i in range(len(hosts)) if fits(i, role)]
+        if not candidates:
+            allowed = [i for i in range(len(hosts)) if hosts[i].allows(role)]
+            why = ("no host allows it (check roles=)" if not allowed
+                   else "every host that allows it is full (raise slots=)")
+            raise HostsError(f"cannot place {member_id}: {why}")
+        if role == "sampler":
+            # spread: the next allowed host after the last one used
+            order = sorted(candidates, key=lambda i: (i - rr) % len(hosts))
+            i = order[0]
+            rr = i + 1
+        elif role == "replay":
+            # a shard next to its group's learner/peer keeps batches off the network
+            owner = next((p.host for p in placements if p.group == group
+                          and p.role in ("learner", "peer")), None)
+            i = owner if owner in candidates else candidates[0]
+        else:
+            i = candidates[0]
+        used[i] += _cpu(job, role)
+        placements.append(Placement(member_id, role, group, i))
+    return Plan(hosts, placements, job.registry_port)

@@ -1,0 +1,129 @@
+"""Starting one role process: locally for localhost, through the system `ssh`
+client for every other host (so ~/.ssh/config, agents, ProxyJump and
+ControlMaster apply). The resolved job and, with CURVE, the job's keys travel
+as the first line of the role's stdin, never on a command line or in a
+world-readable file; the stdin then stays open, and its EOF (the launcher or
+the SSH session gone) stops the role: no orphans on any host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from verl_zmq.config import Job
+
+from .hosts import Host
+from .plan import Placement, Plan
+
+SSH_BASE = ["ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5",
+            "-o", "ServerAliveCountMax=3"]
+
+
+def python_for(job: Job, host: Host) -> str:
+    if host.python:
+        return host.python
+    if job.launch.python:
+        return job.launch.python
+    return sys.executable if host.is_local else "python3"
+
+
+def role_argv(job: Job, plan: Plan, p: Placement, run_dir: Path) -> list[str]:
+    """The `verl role` command line for one placement (what --dry-run prints)."""
+    host = plan.host_of(p)
+    return [python_for(job, host), "-m", "verl_zmq.cli", "role", p.role, "--job", "-",
+            "--registry", plan.registry_endpoint, "--id", p.member_id, "--group", p.group,
+            "--bind", host.bind_address, "--run-dir", str(run_dir), "--exit-on-stdin-eof"]
+
+
+def ssh_argv(job: Job, host: Host, inner: list[str]) -> list[str]:
+    workdir = host.workdir or job.launch.workdir
+    remote = shlex.join(inner)
+    if workdir:
+        remote = f"cd {shlex.quote(workdir)} && exec {remote}"
+    else:
+        remote = f"exec {remote}"
+    argv = list(SSH_BASE) + list(job.launch.ssh_options)
+    if host.port:
+        argv += ["-p", str(host.port)]
+    return argv + [host.ssh_target, remote]
+
+
+def full_argv(job: Job, plan: Plan, p: Placement, run_dir: Path) -> list[str]:
+    inner = role_argv(job, plan, p, run_dir)
+    host = plan.host_of(p)
+    return inner if host.is_local else ssh_argv(job, host, inner)
+
+
+async def check_reachable(job: Job, host: Host, timeout_s: float = 10.0) -> str:
+    """Empty when `ssh host true` works within the timeout, else why not."""
+    argv = ssh_argv(job, host, ["true"])
+    argv[1:1] = ["-o", f"ConnectTimeout={int(timeout_s)}"]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE)
+        _, err = await asyncio.wait_for(proc.communicate(), timeout_s + 5)
+    except TimeoutError:
+        proc.kill()
+        return f"no answer within {timeout_s:.0f}s"
+    except OSError as e:
+        return f"cannot run ssh: {e}"
+    if proc.returncode != 0:
+        return err.decode(errors="replace").strip().splitlines()[-1:][0] if err.strip() \
+            else f"ssh exited {proc.returncode}"
+    return ""
+
+
+@dataclass
+class RoleProcess:
+    """One running (or restartable) role process and its log files."""
+
+    placement: Placement
+    argv: list[str]
+    bundle: bytes
+    log_path: Path
+    err_path: Path
+    env: dict = field(default_factory=dict)
+    proc: asyncio.subprocess.Process | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+
+    async def start(self) -> None:
+        out = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        err = open(self.err_path, "ab")  # noqa: SIM115
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=out, stderr=err,
+                start_new_session=True, env={**os.environ, **self.env})
+        finally:
+            out.close()
+            err.close()
+        self.exit_code = None
+        self.proc.stdin.write(self.bundle)
+        await self.proc.stdin.drain()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def signal(self, sig: int) -> None:
+        if not self.running:
+            return
+        try:
+            if sig == signal.SIGKILL:
+                os.killpg(self.proc.pid, sig)  # the whole session: ssh and what it started
+            else:
+                self.proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+def make_bundle(job_text: str, keys: dict | None) -> bytes:
+    return (json.dumps({"job": job_text, "keys": keys}) + "\n").encode()

@@ -1,0 +1,259 @@
+"""Supervision: start every role, restart what dies by the job's policy, show
+progress, stop everything at the end (SIGTERM, a grace period, SIGKILL), and
+write summary.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from pathlib import Path
+
+from verl_zmq.config import Job
+from verl_zmq.logview import _Tail
+
+from .plan import Plan
+from .remote import RoleProcess, full_argv, make_bundle
+
+EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+VITAL = ("registry", "learner", "peer")
+
+
+class Progress:
+    """Follows the learner's and evaluator's logs: env steps, rate, eval returns."""
+
+    def __init__(self, logs: Path, total: int):
+        self.logs = logs
+        self.total = total
+        self.tails: dict[str, _Tail] = {}
+        self.env_steps = 0
+        self.dropped = 0
+        self.eval_returns: list[tuple[int, float]] = []
+        self.t0 = time.monotonic()
+        self.last = (time.monotonic(), 0)
+        self.rate = 0.0
+        self.finished = False
+
+    def poll(self) -> None:
+        for p in self.logs.glob("*.jsonl"):
+            if p.stem.startswith(("learner", "evaluator", "peer")):
+                self.tails.setdefault(p.stem, _Tail(p))
+        for tail in self.tails.values():
+            for ev in tail.read():
+                self._take(ev)
+        now = time.monotonic()
+        t, s = self.last
+        if now - t >= 2.0:
+            self.rate = (self.env_steps - s) / (now - t)
+            self.last = (now, self.env_steps)
+
+    def _take(self, ev: dict) -> None:
+        name = ev.get("event")
+        if name == "metrics":
+            for k in ("learner/env_steps", "peer/env_steps"):
+                if isinstance(ev.get(k), int | float):
+                    self.env_steps = max(self.env_steps, int(ev[k]))
+            for k in ("learner/fragments_dropped", "peer/fragments_dropped"):
+                if isinstance(ev.get(k), int | float):
+                    self.dropped = max(self.dropped, int(ev[k]))
+        elif name == "evaluated" and isinstance(ev.get("eval/return_mean"), int | float):
+            self.eval_returns.append((int(ev.get("env_steps", 0)), float(ev["eval/return_mean"])))
+        elif name == "training_finished":
+            self.finished = True
+            if isinstance(ev.get("env_steps"), int):
+                self.env_steps = max(self.env_steps, ev["env_steps"])
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.t0
+        ev = f"{self.eval_returns[-1][1]:.1f}" if self.eval_returns else "-"
+        best = f"{max(r for _, r in self.eval_returns):.1f}" if self.eval_returns else "-"
+        eta = (f"{(self.total - self.env_steps) / self.rate:.0f}s" if self.rate > 0 else "-")
+        return (f"[{elapsed:6.1f}s] env steps {self.env_steps:,}/{self.total:,} "
+                f"({self.rate:,.0f}/s) | eval {ev} (best {best}) | ETA {eta}")
+
+
+class Supervisor:
+    """Runs a plan's roles until the job ends, fails, or is interrupted."""
+
+    def __init__(self, job: Job, plan: Plan, run_dir: Path, job_text: str,
+                 keys: dict | None, log, console=sys.stderr):
+        self.job = job
+        self.plan = plan
+        self.run_dir = run_dir
+        self.log = log
+        self.console = console
+        self.logs = run_dir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        bundle = make_bundle(job_text, keys)
+        self.procs = [
+            RoleProcess(p, full_argv(job, plan, p, run_dir), bundle,
+                        self.logs / f"{p.member_id}.jsonl", self.logs / f"{p.member_id}.err",
+                        env=self._env(p.role))
+            for p in plan.placements
+        ]
+        self.progress = Progress(self.logs, job.training.total_timesteps)
+        self.stopping = False
+        self.interrupts = 0
+        self.failed: list[str] = []
+        self.outcome = EXIT_DONE
+        self.wake = asyncio.Event()
+        self.t0 = time.time()
+
+    def _env(self, role: str) -> dict:
+        res = getattr(self.job.resources, role, None)
+        env = {"PYTHONUNBUFFERED": "1"}
+        if res is not None and role in ("learner", "peer"):
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(res.gpu))
+        return env
+
+    def on_signal(self, sig: int) -> None:
+        self.interrupts += 1
+        self.outcome = EXIT_INTERRUPTED
+        if self.interrupts == 1:
+            self.console.write(f"\n{signal.Signals(sig).name}: stopping every role "
+                               f"(again to stop at once)\n")
+            self.log.info("launcher_interrupted", signal=signal.Signals(sig).name)
+        else:
+            for rp in self.procs:
+                rp.signal(signal.SIGKILL)
+        self.stopping = True
+        self.wake.set()
+
+    async def _watch(self, rp: RoleProcess) -> None:
+        """Wait for one process; restart it by policy or decide the job's fate."""
+        L = self.job.launch
+        while True:
+            rc = await rp.proc.wait()
+            rp.exit_code = rc
+            if self.stopping:
+                return
+            p = rp.placement
+            if rc == 0:
+                self.log.info("role_exited", member=p.member_id, exit_code=0)
+                if p.role in ("registry", "learner", "peer"):
+                    self.wake.set()  # the job is finishing
+                return
+            tail = _last_lines(rp.err_path, 5)
+            self.log.warning("role_died", member=p.member_id, role=p.role, exit_code=rc,
+                             restarts=rp.restarts, last_error=tail)
+            if rc != 2 and rp.restarts < L.max_restarts:
+                delay = L.restart_backoff_s * (2 ** rp.restarts)
+                rp.restarts += 1
+                await asyncio.sleep(delay)
+                if self.stopping:
+                    return
+                await rp.start()
+                self.log.info("role_restarted", member=p.member_id, role=p.role,
+                              restarts=rp.restarts, after_s=delay)
+                continue
+            self.failed.append(p.member_id)
+            self.log.error("role_failed", member=p.member_id, role=p.role, exit_code=rc,
+                           last_error=tail)
+            if p.role in VITAL or rc == 2:
+                self.outcome = EXIT_FAILED
+                self.stopping = True
+                self.wake.set()
+            return
+
+    def _done(self) -> bool:
+        by_role = {}
+        for rp in self.procs:
+            by_role.setdefault(rp.placement.role, []).append(rp)
+        reg_done = all(rp.exit_code == 0 for rp in by_role.get("registry", []))
+        trainers = by_role.get("learner", []) + by_role.get("peer", [])
+        return reg_done or (trainers and all(rp.exit_code == 0 for rp in trainers))
+
+    async def _progress_loop(self) -> None:
+        tty = self.console.isatty()
+        every = 0.5 if tty else 10.0
+        next_print = time.monotonic() + every
+        while True:
+            await asyncio.sleep(0.5)
+            self.progress.poll()
+            if time.monotonic() >= next_print:
+                next_print = time.monotonic() + every
+                line = self.progress.line()
+                self.console.write(("\r" + line + "\x1b[K") if tty else line + "\n")
+                self.console.flush()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.on_signal, sig)
+        watchers = []
+        for i, rp in enumerate(self.procs):
+            await rp.start()
+            self.log.info("role_started", member=rp.placement.member_id, role=rp.placement.role,
+                          host=self.plan.host_of(rp.placement).address, pid=rp.proc.pid)
+            watchers.append(asyncio.create_task(self._watch(rp)))
+            if i == 0:
+                await asyncio.sleep(0.2)  # the registry binds before members knock
+        progress = asyncio.create_task(self._progress_loop())
+        while not self.stopping and not self._done():
+            self.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), 1.0)
+        await self._stop_all(finishing=not self.stopping)
+        progress.cancel()
+        for w in watchers:
+            w.cancel()
+        self.progress.poll()
+        if self.console.isatty():
+            self.console.write("\n")
+        return self.outcome
+
+    async def _stop_all(self, finishing: bool) -> None:
+        """Let finishing roles exit on their own, then SIGTERM, grace, SIGKILL."""
+        grace = self.job.launch.grace_s
+        if finishing:
+            deadline = time.monotonic() + grace
+            while any(rp.running for rp in self.procs) and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+        self.stopping = True
+        for rp in self.procs:
+            rp.signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(rp.running for rp in self.procs) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        for rp in self.procs:
+            if rp.running:
+                self.log.warning("role_killed", member=rp.placement.member_id,
+                                 after_grace_s=grace)
+                rp.signal(signal.SIGKILL)
+        for rp in self.procs:
+            if rp.proc is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(rp.proc.wait(), 5)
+
+    def summary(self) -> dict:
+        pr = self.progress
+        rets = [r for _, r in pr.eval_returns]
+        status = {EXIT_DONE: "done", EXIT_FAILED: "failed", EXIT_INTERRUPTED: "interrupted"}
+        return {
+            "experiment": self.job.experiment.name,
+            "env_id": self.job.environment.id,
+            "algorithm": self.job.algorithm.name,
+            "status": status.get(self.outcome, str(self.outcome)),
+            "exit_code": self.outcome,
+            "started": self.t0,
+            "wall_s": round(time.time() - self.t0, 3),
+            "env_steps": pr.env_steps,
+            "best_eval_return": max(rets) if rets else None,
+            "final_eval_return": rets[-1] if rets else None,
+            "evaluations": [{"env_steps": s, "return_mean": r} for s, r in pr.eval_returns],
+            "restarts": {rp.placement.member_id: rp.restarts for rp in self.procs
+                         if rp.restarts},
+            "fragments_dropped": pr.dropped,
+            "failed_roles": {m: _last_lines(self.logs / f"{m}.err", 5) for m in self.failed},
+        }
+
+
+def _last_lines(path: Path, n: int) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])

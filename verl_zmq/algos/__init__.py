@@ -1,0 +1,22 @@
+"""Algorithms, one file each; `make_algorithm` imports only the one asked for."""
+
+from __future__ import annotations
+
+import importlib
+
+MODULES = {"ppo": "ppo", "dqn": "dqn", "sac": "sac", "dapo": "dapo"}
+
+
+def algorithm_class(name: str):
+    if name not in MODULES:
+        raise KeyError(f"algorithm.name: unknown algorithm {name!r}")
+    try:
+        mod = importlib.import_module(f"verl_zmq.algos.{MODULES[name]}")
+    except ImportError as e:
+        raise KeyError(f"algorithm.name: {name!r} is not available in this build ({e})") from None
+    return mod.ALGORITHM
+
+
+def make_algorithm(job, spec, device: str = "cpu"):
+    """Build the job's algorithm for an env; ValueError when the policy does not fit it."""
+    return algorithm_class(job.algorithm.name)(job, spec, device)

@@ -1,0 +1,75 @@
+"""The algorithm contract. Roles call only this; algorithms know no sockets.
+
+- `act(obs)` (samplers, evaluator): actions for a batch of observations plus
+  the per-step extras the algorithm wants recorded in fragments.
+- `learn(batch)` (learner): one update from a batch; returns metrics.
+- `policy_arrays()` / `load_policy_arrays()`: what travels in a params message.
+- `state_dict()` / `load_state_dict()`: everything a checkpoint holds.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from ..config import Job
+from ..envs import EnvSpec
+
+
+class Algorithm(ABC):
+    """One RL algorithm: networks, acting, learning, state."""
+
+    name: ClassVar[str]
+    on_policy: ClassVar[bool]
+    extras: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, job: Job, spec: EnvSpec, device: str = "cpu"):
+        self.job = job
+        self.spec = spec
+        self.params = job.algorithm.params
+        self.device = torch.device(device)
+        self.updates = 0
+        self.progress = 0.0  # env steps / total_timesteps, set by the learner
+
+    @abstractmethod
+    def act(self, obs: np.ndarray, deterministic: bool = False
+            ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions for a batch of observations, and the extras to record."""
+
+    def env_action(self, action: np.ndarray) -> np.ndarray:
+        """What the env receives for a recorded action (e.g. clipped to bounds)."""
+        return action
+
+    @abstractmethod
+    def learn(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        """One update; returns `losses/...` metrics."""
+
+    @abstractmethod
+    def policy_module(self) -> torch.nn.Module:
+        """The module whose parameters samplers and the evaluator need."""
+
+    def policy_arrays(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().cpu().numpy() for k, v in self.policy_module().state_dict().items()}
+
+    def load_policy_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Load published params; raises ValueError when names or shapes do not fit."""
+        mod = self.policy_module()
+        own = mod.state_dict()
+        missing = [k for k in own if k not in arrays]
+        if missing:
+            raise ValueError(f"params lack {missing[:3]}")
+        for k, v in own.items():
+            if tuple(arrays[k].shape) != tuple(v.shape):
+                raise ValueError(f"params {k}: shape {arrays[k].shape} != {tuple(v.shape)}")
+        with torch.no_grad():
+            for k, v in own.items():
+                v.copy_(torch.from_numpy(np.array(arrays[k], dtype=np.float32)))
+
+    def state_dict(self) -> dict:
+        return {"updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.updates = int(state.get("updates", 0))

@@ -1,0 +1,196 @@
+"""PPO (Schulman et al. 2017, "Proximal Policy Optimization Algorithms").
+
+Samplers record `logp` and `value` per step; the learner computes GAE from
+each fragment's rewards, values and bootstrap value, then runs minibatch
+epochs of the clipped surrogate with a value loss (optionally clipped), an
+entropy bonus and gradient clipping. Learning rate and clip range can anneal
+linearly with env steps. Discrete (categorical) and continuous (diagonal
+Gaussian) actions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..nets import ActorCritic
+from .base import Algorithm
+
+
+def compute_gae(reward: np.ndarray, value: np.ndarray, terminated: np.ndarray,
+                truncated: np.ndarray, valid: np.ndarray, bootstrap_value: np.ndarray,
+                gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """GAE over [T, E] columns in NEXT_STEP autoreset layout.
+
+    The step after a done step is invalid (the env only reset); its recorded
+    value is V(final observation). So a truncated step bootstraps from it and a
+    terminated step does not; an invalid step gets zero advantage and cuts the
+    recursion. Returns (advantages, returns), both [T, E] float32.
+    """
+    T = reward.shape[0]
+    adv = np.zeros_like(reward, dtype=np.float32)
+    last = np.zeros(reward.shape[1], np.float32)
+    for t in reversed(range(T)):
+        next_value = value[t + 1] if t + 1 < T else bootstrap_value
+        nonterminal = 1.0 - terminated[t].astype(np.float32)
+        cont = nonterminal * (1.0 - truncated[t].astype(np.float32))
+        delta = reward[t] + gamma * next_value * nonterminal - value[t]
+        last = delta + gamma * lam * cont * last
+        last = np.where(valid[t], last, 0.0).astype(np.float32)
+        adv[t] = last
+    return adv, (adv + value).astype(np.float32)
+
+
+def clipped_surrogate(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
+                      clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-step PPO policy loss with the ratio clipped to [1 - low, 1 + high]; and the ratio."""
+    ratio = (new_logp - old_logp).exp()
+    loss = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high))
+    return loss, ratio
+
+
+class PPO(Algorithm):
+    """Proximal Policy Optimisation with GAE, on FIFO replay."""
+
+    name = "ppo"
+    on_policy = True
+    extras = ("logp", "value")
+
+    def __init__(self, job, spec, device: str = "cpu"):
+        super().__init__(job, spec, device)
+        pol = job.algorithm.policy
+        if pol.dueling:
+            raise ValueError("algorithm.policy.dueling: a dueling head is for Q-networks "
+                             f"(dqn); {self.name} has a policy and a value head")
+        if not pol.hidden_sizes:
+            raise ValueError("algorithm.policy.hidden_sizes: needs at least one layer")
+        self.net = ActorCritic(spec, pol).to(self.device)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=self.params.learning_rate, eps=1e-5)
+        if not spec.discrete:
+            self.low = np.array(spec.action_low, np.float32)
+            self.high = np.array(spec.action_high, np.float32)
+
+    def policy_module(self) -> torch.nn.Module:
+        return self.net
+
+    def act(self, obs, deterministic=False):
+        with torch.no_grad():
+            o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            d = self.net.dist(o)
+            a = self.net.mode(d) if deterministic else d.sample()
+            logp = self.net.log_prob(d, a)
+            v = self.net.value(o)
+        return a.cpu().numpy(), {"logp": logp.cpu().numpy(), "value": v.cpu().numpy()}
+
+    def env_action(self, action: np.ndarray) -> np.ndarray:
+        """What the env receives: continuous actions clipped to the Box bounds."""
+        return action if self.spec.discrete else np.clip(action, self.low, self.high)
+
+    # -- learning ---------------------------------------------------------------
+
+    def _schedule(self, value: float, kind: str) -> float:
+        return value * max(0.0, 1.0 - self.progress) if kind == "linear" else value
+
+    def _clip(self) -> tuple[float, float]:
+        c = self._schedule(self.params.clip_range, self.params.clip_schedule)
+        return c, c
+
+    def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """GAE, then flatten [T, N] to the valid steps as tensors."""
+        p = self.params
+        adv, ret = compute_gae(batch["reward"], batch["value"], batch["terminated"],
+                               batch["truncated"], batch["valid"], batch["bootstrap_value"],
+                               p.gamma, p.gae_lambda)
+        mask = batch["valid"].reshape(-1).astype(bool)
+        T, N = batch["reward"].shape
+        col = np.broadcast_to(np.arange(N), (T, N)).reshape(-1)
+
+        def flat(x):
+            x = np.asarray(x)
+            return torch.as_tensor(x.reshape(T * N, *x.shape[2:])[mask], device=self.device)
+
+        return {"obs": flat(batch["obs"]).float(), "action": flat(batch["action"]),
+                "logp": flat(batch["logp"]).float(), "value": flat(batch["value"]).float(),
+                "adv": flat(adv), "ret": flat(ret),
+                "column": torch.as_tensor(col[mask], device=self.device)}
+
+    def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        p = self.params
+        d = self.net.dist(mb["obs"])
+        new_logp = self.net.log_prob(d, mb["action"])
+        adv = mb["adv"]
+        if p.normalize_advantage and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        low, high = self._clip()
+        pg, ratio = clipped_surrogate(new_logp, mb["logp"], adv, low, high)
+        pg_loss = self.aggregate(pg, mb)
+        v = self.net.value(mb["obs"])
+        v_loss = (v - mb["ret"]) ** 2
+        if p.clip_range_vf > 0:
+            v_clip = mb["value"] + (v - mb["value"]).clamp(-p.clip_range_vf, p.clip_range_vf)
+            v_loss = torch.max(v_loss, (v_clip - mb["ret"]) ** 2)
+        v_loss = 0.5 * v_loss.mean()
+        entropy = self.net.entropy(d).mean()
+        loss = pg_loss + p.vf_coef * v_loss - p.ent_coef * entropy
+        with torch.no_grad():
+            log_ratio = new_logp - mb["logp"]
+            stats = {"losses/policy_loss": pg_loss, "losses/value_loss": v_loss,
+                     "losses/entropy": entropy,
+                     "losses/approx_kl": ((ratio - 1) - log_ratio).mean(),
+                     "losses/clip_fraction":
+                         ((ratio < 1 - low) | (ratio > 1 + high)).float().mean()}
+        return loss, stats
+
+    def aggregate(self, per_step: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        return per_step.mean()
+
+    def learn(self, batch):
+        p = self.params
+        for g in self.opt.param_groups:
+            g["lr"] = self._schedule(p.learning_rate, p.lr_schedule)
+        data = self.prepare(batch)
+        n = data["obs"].shape[0]
+        mbs = max(1, min(p.minibatch_size, n))
+        sums: dict[str, float] = {}
+        count = 0
+        stop = False
+        for _ in range(p.n_epochs):
+            perm = torch.randperm(n, device=self.device)
+            for start in range(0, n - mbs + 1, mbs):
+                idx = perm[start:start + mbs]
+                mb = {k: v[idx] for k, v in data.items()}
+                loss, stats = self.loss(mb)
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                gn = torch.nn.utils.clip_grad_norm_(self.net.parameters(), p.max_grad_norm)
+                self.opt.step()
+                stats["losses/grad_norm"] = gn
+                for k, v in stats.items():
+                    sums[k] = sums.get(k, 0.0) + float(v.detach() if torch.is_tensor(v) else v)
+                count += 1
+                if p.target_kl and float(stats["losses/approx_kl"]) > 1.5 * p.target_kl:
+                    stop = True
+                    break
+            if stop:
+                break
+        self.updates += 1
+        out = {k: v / max(count, 1) for k, v in sums.items()}
+        y, pred = data["ret"], data["value"]
+        var = float(y.var()) if y.numel() > 1 else 0.0
+        out["losses/explained_variance"] = (1 - float((y - pred).var()) / var) if var > 0 else 0.0
+        out["charts/learning_rate"] = self.opt.param_groups[0]["lr"]
+        out["charts/clip_range"] = self._clip()[1]
+        out["charts/batch_steps"] = float(n)
+        return out
+
+    def state_dict(self) -> dict:
+        return {"updates": self.updates, "net": self.net.state_dict(),
+                "opt": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.updates = int(state.get("updates", 0))
+        self.net.load_state_dict(state["net"])
+        self.opt.load_state_dict(state["opt"])
+
+
+ALGORITHM = PPO

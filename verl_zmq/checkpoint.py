@@ -1,0 +1,42 @@
+"""Checkpoints: atomic writes (temporary file, then os.replace), `latest.pt`
+naming the newest, pruning to `checkpoint.keep`, and loading with
+`weights_only=True` so a checkpoint cannot run code."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import torch
+
+
+def save_atomic(obj: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def load(path: str | Path, device: str = "cpu") -> dict:
+    return torch.load(path, map_location=device, weights_only=True)
+
+
+def write_checkpoint(run_dir: Path, env_steps: int, state: dict, keep: int) -> Path:
+    """checkpoints/step_<n>.pt and latest.pt; prune old step files to `keep`."""
+    d = run_dir / "checkpoints"
+    path = d / f"step_{env_steps}.pt"
+    save_atomic(state, path)
+    save_atomic(state, d / "latest.pt")
+    steps = sorted((int(m.group(1)), p) for p in d.glob("step_*.pt")
+                   if (m := re.fullmatch(r"step_(\d+)\.pt", p.name)))
+    for _, old in steps[:-keep] if keep > 0 else []:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def numpy_state(arrays: dict) -> dict:
+    """Params arrays as tensors (what weights_only loading accepts)."""
+    import numpy as np
+
+    return {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}

@@ -1,0 +1,58 @@
+"""`verl check`: what a job file cannot say by its types alone. Builds the env
+and the algorithm's networks once and reports what does not fit."""
+
+from __future__ import annotations
+
+from .config import Job
+
+
+def check_job(job: Job) -> list[str]:
+    """Problems with the job, each one sentence; empty when it can run."""
+    from .envs import EnvError, env_spec, make_vector_env
+
+    problems: list[str] = []
+    try:
+        spec = env_spec(job.environment)
+    except EnvError as e:
+        return [str(e)]
+    try:
+        from .algos import make_algorithm
+
+        make_algorithm(job, spec)
+    except (ValueError, KeyError) as e:
+        problems.append(str(e))
+    problems += _memory_problems(job, spec)
+    if problems:
+        return problems
+    try:
+        venv, _ = make_vector_env(job.environment, 1, seed=job.experiment.seed)
+        venv.close()
+    except EnvError as e:
+        problems.append(str(e))
+    return problems
+
+
+def _memory_problems(job: Job, spec) -> list[str]:
+    """Refuse jobs whose envs or buffers cannot fit in this machine's memory."""
+    import os
+
+    import numpy as np
+
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return []
+    obs_bytes = int(np.prod(spec.obs_shape)) * 4
+    per_step = obs_bytes + int(np.prod(spec.action_shape or (1,))) * 4 + 32
+    frag = job.sampling.fragment_length * job.sampling.num_envs_per_worker * per_step
+    # each sampler holds a fragment being filled plus its send queue; each shard its capacity
+    samplers = job.sampling.num_workers * max(1, job.launch.peers)
+    need = samplers * frag * 20 + job.launch.replay_shards * job.replay.capacity * per_step * 2
+    env_mem = job.sampling.num_workers * job.sampling.num_envs_per_worker * 256 * 1024
+    need += env_mem
+    if need > avail:
+        return [f"the job needs about {need / 2**30:.1f} GiB (sampling.num_workers x "
+                f"sampling.num_envs_per_worker envs, fragments and replay.capacity) but this "
+                f"machine has {avail / 2**30:.1f} GiB available; lower "
+                f"sampling.num_envs_per_worker, sampling.num_workers or replay.capacity"]
+    return []

@@ -1,0 +1,146 @@
+"""`verl`: run one role by hand, run a whole job in one process, check a job,
+read logs. Heavy modules are imported inside the commands that need them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .config import ConfigError, Job, load_job, loads_job
+
+ROLES = ["registry", "sampler", "replay", "learner", "evaluator", "peer"]
+
+
+def fail(msg: str, code: int = 2) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(code)
+
+
+def _load(job_path: str, overrides: tuple[str, ...]) -> Job:
+    try:
+        return load_job(job_path, overrides)
+    except ConfigError as e:
+        fail(str(e))
+        raise  # unreachable
+
+
+@click.group()
+@click.version_option(package_name="verl-zmq")
+def main() -> None:
+    """verl-zmq: asynchronous distributed actor-learner RL over ZeroMQ."""
+
+
+@main.command()
+@click.argument("role", type=click.Choice(ROLES))
+@click.option("--job", "job_path", required=True, help="Job file, or - to read it from stdin.")
+@click.option("--registry", required=True, help="Registry endpoint, tcp://HOST:PORT.")
+@click.option("--id", "member_id", default=None, help="Member id (default: ROLE-0).")
+@click.option("--group", default="main", show_default=True)
+@click.option("--bind", default="127.0.0.1", show_default=True, help="Address to bind on.")
+@click.option("--run-dir", default=None, help="Run folder (checkpoints, snapshots).")
+@click.option("--keys", "keys_file", default=None, help="CURVE keys file (mode 600).")
+@click.option("--log-file", default=None, help="Write JSON logs here instead of stdout.")
+@click.option("--set", "overrides", multiple=True, help="Override a job key: section.key=value.")
+@click.option("--exit-on-stdin-eof", is_flag=True, hidden=True,
+              help="Stop when stdin closes (the launcher's remote roles).")
+def role(role, job_path, registry, member_id, group, bind, run_dir, keys_file, log_file,
+         overrides, exit_on_stdin_eof):
+    """Run one ROLE of a job by hand (the launcher runs the same code path)."""
+    from .transport import CurveKeys
+
+    keys = None
+    try:
+        if job_path == "-":
+            from .runner import read_stdin_bundle
+
+            bundle = read_stdin_bundle()
+            job = loads_job(bundle["job"], "<stdin>", overrides)
+            if bundle.get("keys"):
+                keys = CurveKeys(**bundle["keys"])
+        else:
+            job = load_job(job_path, overrides)
+        if keys_file:
+            keys = CurveKeys.load(keys_file)
+    except ConfigError as e:
+        fail(str(e))
+    except (OSError, ValueError, TypeError, PermissionError) as e:
+        fail(f"cannot start {role}: {e}")
+    if job.security.curve is True and keys is None:
+        fail("security.curve is true: pass the job's keys with --keys FILE")
+    from .runner import run_role_process
+    from .specs import RoleSpec
+
+    member_id = member_id or f"{role}-0" if role != "registry" else (member_id or "registry")
+    run = Path(run_dir or Path(job.experiment.runs_dir) / job.experiment.name / "by-hand")
+    run.mkdir(parents=True, exist_ok=True)
+    stream = open(log_file, "a", buffering=1) if log_file else None  # noqa: SIM115
+    try:
+        rc = run_role_process(job, RoleSpec(role, member_id, group), registry, bind, run, keys,
+                              exit_on_stdin_eof, log_stream=stream)
+    finally:
+        if stream:
+            stream.close()
+    sys.exit(rc)
+
+
+@main.command()
+@click.argument("job_path", metavar="JOB")
+@click.option("--set", "overrides", multiple=True, help="Override a job key: section.key=value.")
+@click.option("--run-dir", default=None, help="Run folder (default: runs/<name>/<stamp>).")
+def run(job_path, overrides, run_dir):
+    """Run every role of JOB as tasks in this process over inproc:// (for debugging)."""
+    job = _load(job_path, overrides)
+    from .checks import check_job
+    from .runner import run_inproc
+
+    problems = check_job(job)
+    if problems:
+        fail(f"{job_path}: " + " ".join(problems))
+    rd = Path(run_dir) if run_dir else _stamp_dir(job)
+    click.echo(f"run folder: {rd}", err=True)
+    sys.exit(run_inproc(job, rd))
+
+
+def _stamp_dir(job: Job) -> Path:
+    import time
+
+    return Path(job.experiment.runs_dir) / job.experiment.name / time.strftime("%Y%m%d-%H%M%S")
+
+
+@main.command()
+@click.argument("job_path", metavar="JOB")
+@click.option("--set", "overrides", multiple=True, help="Override a job key: section.key=value.")
+@click.option("--quiet", is_flag=True, help="Print nothing when the job is fine.")
+def check(job_path, overrides, quiet):
+    """Validate JOB: keys and types, then build its env and networks once."""
+    job = _load(job_path, overrides)
+    from .checks import check_job
+
+    problems = check_job(job)
+    if problems:
+        fail(f"{job_path}: " + " ".join(problems))
+    if not quiet:
+        s = job.sampling
+        click.echo(f"{job_path}: ok ({job.algorithm.name} on {job.environment.id}, "
+                   f"{s.num_workers} samplers x {s.num_envs_per_worker} envs)")
+
+
+@main.command()
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(exists=True, file_okay=False))
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines as they come.")
+@click.option("--role", "roles", multiple=True, help="Only these roles (repeatable).")
+@click.option("--level", default=None, help="Only this level and above.")
+@click.option("--event", "events", multiple=True, help="Only these events (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines, not readable ones.")
+def logs(run_dir, follow, roles, level, events, as_json):
+    """Merge the JSON logs of every role in RUN_DIR by time, and tail them."""
+    from .logview import LogFilter, show
+
+    show(Path(run_dir), LogFilter(roles=set(roles), level=level, events=set(events)),
+         follow=follow, as_json=as_json)
+
+
+if __name__ == "__main__":
+    main()

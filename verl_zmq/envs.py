@@ -1,0 +1,155 @@
+"""Environments: any gymnasium env by id or `module:Class`, vectorised.
+
+Samplers build `num_envs_per_worker` copies as one vector env: gymnasium's own
+vectorised entry point where the env has one (4x faster on light envs), else
+the sync vector env. Every vector env here autoresets in NEXT_STEP mode: the
+step after an episode ends only resets that env (its action is ignored); the
+sampler marks that step invalid.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from .config import Environment
+
+
+class EnvError(Exception):
+    """An env that cannot be made or used; the message says why."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the networks need to know of an env's spaces."""
+
+    obs_shape: tuple[int, ...]
+    discrete: bool
+    n_actions: int  # discrete: number of actions; continuous: action dimension
+    action_shape: tuple[int, ...]
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+
+
+def _load_object(path: str, what: str):
+    mod, _, name = path.partition(":")
+    if not mod or not name:
+        raise EnvError(f"{what} {path!r}: expected module:name")
+    try:
+        obj = getattr(importlib.import_module(mod), name)
+    except (ImportError, AttributeError) as e:
+        raise EnvError(f"{what} {path!r}: cannot import: {e}") from None
+    return obj
+
+
+def resolve_id(env_id: str) -> str:
+    """A registered id as is; `module:Class` registered once under `verl/Class-v0`."""
+    if ":" not in env_id:
+        if env_id not in gym.registry:
+            close = difflib.get_close_matches(env_id, list(gym.registry), n=5, cutoff=0.5)
+            hint = f"; closest registered ids: {', '.join(close)}" if close else ""
+            raise EnvError(f"environment.id: unknown gymnasium env {env_id!r}{hint}")
+        return env_id
+    _load_object(env_id, "environment.id")
+    reg_id = f"verl/{env_id.rsplit(':', 1)[1]}-v0"
+    if reg_id not in gym.registry:
+        gym.register(id=reg_id, entry_point=env_id)
+    return reg_id
+
+
+class RewardFn(gym.Wrapper):
+    """Replaces the reward with `fn(obs, action, reward, next_obs)`."""
+
+    def __init__(self, env: gym.Env, fn: Callable):
+        super().__init__(env)
+        self.fn = fn
+        self._obs = None
+
+    def reset(self, **kw):
+        obs, info = self.env.reset(**kw)
+        self._obs = obs
+        return obs, info
+
+    def step(self, action):
+        obs, r, term, trunc, info = self.env.step(action)
+        r = float(self.fn(self._obs, action, r, obs))
+        self._obs = obs
+        return obs, r, term, trunc, info
+
+
+def make_env(cfg: Environment, render_mode: str | None = None) -> gym.Env:
+    env_id = resolve_id(cfg.id)
+    kw = dict(cfg.kwargs)
+    if cfg.max_episode_steps:
+        kw["max_episode_steps"] = cfg.max_episode_steps
+    if render_mode:
+        kw["render_mode"] = render_mode
+    try:
+        env = gym.make(env_id, **kw)
+    except gym.error.Error as e:
+        raise EnvError(f"environment {cfg.id!r}: {e}") from None
+    except TypeError as e:
+        raise EnvError(f"environment.kwargs for {cfg.id!r}: {e}") from None
+    if cfg.reward_fn:
+        env = RewardFn(env, _load_object(cfg.reward_fn, "environment.reward_fn"))
+    return env
+
+
+def env_seeds(job_seed: int, worker_index: int, num_envs: int) -> list[int]:
+    """Distinct, reproducible per-env seeds from (job seed, worker index, env index)."""
+    ss = np.random.SeedSequence([job_seed, worker_index])
+    return [int(s) for s in ss.generate_state(num_envs, dtype=np.uint32)]
+
+
+def _native_ok(cfg: Environment, env_id: str) -> bool:
+    if cfg.vectorization == "sync" or cfg.reward_fn or cfg.max_episode_steps:
+        return False
+    return gym.spec(env_id).vector_entry_point is not None
+
+
+def make_vector_env(cfg: Environment, num_envs: int, seed: int,
+                    worker_index: int = 0) -> tuple[gym.vector.VectorEnv, list[int]]:
+    """`num_envs` copies as one vector env, and the seeds to reset it with."""
+    env_id = resolve_id(cfg.id)
+    seeds = env_seeds(seed, worker_index, num_envs)
+    if cfg.vectorization != "sync" and _native_ok(cfg, env_id):
+        try:
+            venv = gym.make_vec(env_id, num_envs, vectorization_mode="vector_entry_point",
+                                **cfg.kwargs)
+            return venv, seeds[:1]  # a native vector env takes one seed for all its envs
+        except (gym.error.Error, TypeError) as e:
+            if cfg.vectorization == "native":
+                raise EnvError(f"environment {cfg.id!r}: no native vector env: {e}") from None
+    elif cfg.vectorization == "native":
+        raise EnvError(f"environment.vectorization: {cfg.id!r} has no native vector env "
+                       f"usable with this job; use \"auto\" or \"sync\"")
+    venv = gym.vector.SyncVectorEnv([lambda: make_env(cfg) for _ in range(num_envs)])
+    return venv, seeds
+
+
+def spec_of(obs_space: gym.Space, act_space: gym.Space, env_id: str) -> EnvSpec:
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise EnvError(f"{env_id}: observation space {obs_space} is not supported "
+                       f"(only Box observations)")
+    if isinstance(act_space, gym.spaces.Discrete):
+        return EnvSpec(tuple(obs_space.shape), True, int(act_space.n), ())
+    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
+        return EnvSpec(tuple(obs_space.shape), False, int(act_space.shape[0]),
+                       tuple(act_space.shape), tuple(map(float, act_space.low)),
+                       tuple(map(float, act_space.high)))
+    raise EnvError(f"{env_id}: action space {act_space} is not supported "
+                   f"(only Discrete and 1-d Box actions)")
+
+
+def env_spec(cfg: Environment) -> EnvSpec:
+    """Build the env once and describe its spaces; refuse unsupported spaces."""
+    env = make_env(cfg)
+    try:
+        return spec_of(env.observation_space, env.action_space, cfg.id)
+    finally:
+        env.close()

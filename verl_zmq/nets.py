@@ -1,0 +1,67 @@
+"""Networks built from the job's `[algorithm.policy]` section."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from .config import Policy
+from .envs import EnvSpec
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def mlp(n_in: int, hidden: list[int], n_out: int, activation: str,
+        out_gain: float = 1.0) -> nn.Sequential:
+    """An MLP with orthogonal init (gain sqrt(2) inside, `out_gain` on the last layer)."""
+    layers: list[nn.Module] = []
+    last = n_in
+    for h in hidden:
+        lin = nn.Linear(last, h)
+        nn.init.orthogonal_(lin.weight, np.sqrt(2))
+        nn.init.zeros_(lin.bias)
+        layers += [lin, ACTIVATIONS[activation]()]
+        last = h
+    out = nn.Linear(last, n_out)
+    nn.init.orthogonal_(out.weight, out_gain)
+    nn.init.zeros_(out.bias)
+    layers.append(out)
+    return nn.Sequential(*layers)
+
+
+def obs_dim(spec: EnvSpec) -> int:
+    return int(np.prod(spec.obs_shape))
+
+
+class ActorCritic(nn.Module):
+    """Separate policy and value MLPs; categorical or diagonal-Gaussian policy."""
+
+    def __init__(self, spec: EnvSpec, policy: Policy):
+        super().__init__()
+        self.discrete = spec.discrete
+        n = obs_dim(spec)
+        self.pi = mlp(n, policy.hidden_sizes, spec.n_actions, policy.activation, 0.01)
+        self.v = mlp(n, policy.hidden_sizes, 1, policy.activation, 1.0)
+        if not self.discrete:
+            self.log_std = nn.Parameter(torch.full((spec.n_actions,), policy.log_std_init))
+
+    def dist(self, obs: torch.Tensor) -> torch.distributions.Distribution:
+        out = self.pi(obs.flatten(1))
+        if self.discrete:
+            return torch.distributions.Categorical(logits=out)
+        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.v(obs.flatten(1)).squeeze(-1)
+
+    def log_prob(self, d: torch.distributions.Distribution, a: torch.Tensor) -> torch.Tensor:
+        lp = d.log_prob(a)
+        return lp if self.discrete else lp.sum(-1)
+
+    def entropy(self, d: torch.distributions.Distribution) -> torch.Tensor:
+        e = d.entropy()
+        return e if self.discrete else e.sum(-1)
+
+    def mode(self, d: torch.distributions.Distribution) -> torch.Tensor:
+        return d.probs.argmax(-1) if self.discrete else d.mean

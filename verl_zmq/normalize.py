@@ -1,0 +1,73 @@
+"""Observation normalisation with running mean/std whose statistics travel with
+the params: samplers report each fragment's raw moments, the learner merges
+them (Chan et al.'s parallel algorithm) and publishes the merged statistics,
+so samplers and the evaluator normalise alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class RunningMeanStd:
+    """Mean and variance over every observation seen, mergeable across processes."""
+
+    shape: tuple[int, ...]
+    mean: np.ndarray = field(default=None)
+    var: np.ndarray = field(default=None)
+    count: float = 0.0
+
+    def __post_init__(self):
+        if self.mean is None:
+            self.mean = np.zeros(self.shape, np.float64)
+        if self.var is None:
+            self.var = np.ones(self.shape, np.float64)
+
+    def merge(self, mean: np.ndarray, var: np.ndarray, count: float) -> None:
+        """Fold in a batch's moments (population variance)."""
+        if count <= 0:
+            return
+        if self.count == 0:
+            self.mean, self.var, self.count = mean.astype(np.float64), var.astype(np.float64), count
+            return
+        total = self.count + count
+        delta = mean - self.mean
+        m2 = self.var * self.count + var * count + delta**2 * self.count * count / total
+        self.mean = self.mean + delta * count / total
+        self.var = m2 / total
+        self.count = total
+
+    def update(self, x: np.ndarray) -> None:
+        x = x.reshape(-1, *self.shape).astype(np.float64)
+        self.merge(x.mean(0), x.var(0), float(x.shape[0]))
+
+    def normalize(self, x: np.ndarray, clip: float) -> np.ndarray:
+        z = (x - self.mean) / np.sqrt(self.var + 1e-8)
+        return np.clip(z, -clip, clip).astype(np.float32)
+
+    def to_arrays(self, prefix: str = "obs_rms/") -> dict[str, np.ndarray]:
+        return {f"{prefix}mean": self.mean.astype(np.float64),
+                f"{prefix}var": self.var.astype(np.float64),
+                f"{prefix}count": np.array([self.count], np.float64)}
+
+    def load_arrays(self, arrays: dict, prefix: str = "obs_rms/") -> bool:
+        """Take statistics from a params message; False when they are absent or misshapen."""
+        try:
+            mean = np.asarray(arrays[f"{prefix}mean"], np.float64)
+            var = np.asarray(arrays[f"{prefix}var"], np.float64)
+            count = float(np.asarray(arrays[f"{prefix}count"]).reshape(-1)[0])
+        except (KeyError, IndexError, ValueError):
+            return False
+        if mean.shape != self.shape or var.shape != self.shape:
+            return False
+        self.mean, self.var, self.count = mean.copy(), var.copy(), count
+        return True
+
+
+def moments(x: np.ndarray, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """A fragment's raw-observation moments, as fragment arrays."""
+    flat = x.reshape(-1, *shape).astype(np.float64)
+    return {"rms_mean": flat.mean(0), "rms_var": flat.var(0),
+            "rms_count": np.array([flat.shape[0]], np.float64)}

@@ -1,0 +1,136 @@
+"""Evaluator: subscribes to params and, every `evaluation.interval_steps` env
+steps, runs `n_eval_episodes` deterministic episodes on its own separately
+seeded envs. Logs `eval/return_mean` and `eval/return_std`, writes `best.pt`
+from the params it just evaluated when they beat the best so far, and stops
+the job when `stop_at_return` is reached or after evaluating the final params.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import zmq
+
+from .. import wire
+from ..algos import make_algorithm
+from ..checkpoint import numpy_state, save_atomic
+from ..config import dumps_job
+from ..envs import env_spec, make_env
+from ..normalize import RunningMeanStd
+from .base import Role, reconnect, recv
+
+
+def evaluate(algo, job, rms: RunningMeanStd | None, episodes: int, seed: int,
+             deterministic: bool = True) -> np.ndarray:
+    """Run `episodes` episodes at once (one env each, seeds seed..seed+n-1); their returns."""
+    import gymnasium as gym
+
+    venv = gym.vector.SyncVectorEnv([lambda: make_env(job.environment) for _ in range(episodes)])
+    try:
+        obs, _ = venv.reset(seed=[seed + i for i in range(episodes)])
+        returns = np.zeros(episodes)
+        active = np.ones(episodes, bool)
+        clip = job.environment.clip_obs
+        while active.any():
+            o = rms.normalize(obs, clip) if rms is not None else obs.astype(np.float32)
+            a, _ = algo.act(o, deterministic=deterministic)
+            obs, r, te, tr, _ = venv.step(algo.env_action(a))
+            returns += np.where(active, r, 0.0)
+            active &= ~(te | tr)  # NEXT_STEP autoreset: later steps of a done env are ignored
+        return returns
+    finally:
+        venv.close()
+
+
+class EvaluatorRole(Role):
+    """Measures the deterministic return of published params."""
+
+    name = "evaluator"
+
+    async def setup(self) -> None:
+        torch.set_num_threads(self.job.resources.evaluator.cpu or 1)
+        self.spec = env_spec(self.job.environment)
+        self.algo = make_algorithm(self.job, self.spec)
+        self.rms = RunningMeanStd(self.spec.obs_shape) if self.job.environment.normalize_obs \
+            else None
+        self.sub = self.ctx.transport.connect(zmq.SUB, hwm=4)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.learners: dict[str, str] = {}
+        self.next_at = 0
+        self.best = -math.inf
+        self.last: dict[str, float] = {}
+        self.evaluations = 0
+
+    def on_membership(self, members) -> None:
+        super().on_membership(members)
+        wanted = {m.id: m.endpoints.get("params", "") for m in members.values()
+                  if m.group == self.ctx.group and m.role in ("learner", "peer")}
+        reconnect(self.sub, self.learners, wanted, self.log, "learner")
+
+    async def _latest(self) -> wire.Params:
+        """Block for params, then drain the queue and keep the newest."""
+        _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
+        while await self.sub.poll(0):
+            _, nxt = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
+            if nxt is not None and (msg is None or nxt.version >= msg.version or nxt.final):
+                msg = nxt
+        return msg
+
+    async def run(self) -> None:
+        E = self.job.evaluation
+        while True:
+            msg = await self._latest()
+            if msg is None or (msg.env_steps < self.next_at and not msg.final):
+                continue
+            try:
+                self.algo.load_policy_arrays(msg.arrays)
+            except ValueError as e:
+                self.wire_stats.reject(msg.src, wire.WireError(f"params do not fit: {e}"))
+                continue
+            if self.rms is not None:
+                self.rms.load_arrays(msg.arrays)
+            self.next_at = (msg.env_steps // E.interval_steps + 1) * E.interval_steps
+            rets = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
+                                           E.n_eval_episodes, E.seed, E.deterministic)
+            await self._report(msg, rets)
+            if E.stop_at_return is not None and rets.mean() >= E.stop_at_return:
+                self.log.info("target_reached", **{"eval/return_mean": float(rets.mean())},
+                              target=E.stop_at_return, env_steps=msg.env_steps)
+                await self.job_shutdown("target_reached")
+                return
+            if msg.final:
+                await self.job_shutdown("training_finished")
+                return
+
+    async def _report(self, msg: wire.Params, rets: np.ndarray) -> None:
+        self.evaluations += 1
+        mean, std = float(rets.mean()), float(rets.std())
+        self.last = {"eval/return_mean": mean, "eval/return_std": std,
+                     "eval/return_min": float(rets.min()), "eval/return_max": float(rets.max())}
+        best = mean > self.best
+        self.log.info("evaluated", env_steps=msg.env_steps, version=msg.version,
+                      episodes=len(rets), final=msg.final, best=best, **self.last)
+        if best:
+            self.best = mean
+            state = {"policy": numpy_state({k: v for k, v in msg.arrays.items()
+                                            if not k.startswith("obs_rms/")}),
+                     "rms": numpy_state(self.rms.to_arrays()) if self.rms is not None else {},
+                     "env_steps": msg.env_steps, "version": msg.version,
+                     "eval_return_mean": mean, "job": dumps_job(self.job),
+                     "algorithm": self.job.algorithm.name}
+            path = Path(self.ctx.run_dir) / "checkpoints" / "best.pt"
+            await asyncio.to_thread(save_atomic, state, path)
+
+    def metrics(self) -> dict[str, float]:
+        out = {"evaluator/evaluations": self.evaluations}
+        if self.evaluations:
+            out["evaluator/best_return"] = self.best
+        out.update(self.last)
+        return out
+
+
+ROLE = EvaluatorRole

@@ -1,0 +1,332 @@
+"""Learner: pulls experience from its group's shards, updates, publishes params.
+
+One DEALER per shard keeps `training.prefetch` credits outstanding (credit-based
+flow control), so batches are already queued when an update ends. Updates run
+in `asyncio.to_thread`, so receiving and heartbeats go on meanwhile. On-policy
+fragments older than `max_policy_lag` updates are dropped and counted. Params
+are published on PUB every `sync_interval_updates` updates, and re-published
+now and then for members that joined late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import torch
+import zmq
+import zmq.asyncio
+
+from .. import wire
+from ..algos import make_algorithm
+from ..checkpoint import load as load_checkpoint
+from ..checkpoint import write_checkpoint
+from ..config import dumps_job
+from ..envs import EnvSpec, env_spec
+from ..normalize import RunningMeanStd
+from .base import Role, recv, send
+
+REPUBLISH_S = 2.0
+
+
+def fragment_problem(a: dict, spec: EnvSpec, T: int, extras: tuple[str, ...]) -> str:
+    """Does a fragment fit this job's env and algorithm? Empty when it does."""
+    try:
+        E = a["reward"].shape[1]
+        want = {"obs": (T, E, *spec.obs_shape), "reward": (T, E), "terminated": (T, E),
+                "truncated": (T, E), "valid": (T, E),
+                "action": (T, E) if spec.discrete else (T, E, spec.n_actions),
+                "bootstrap_obs": (E, *spec.obs_shape)}
+        want.update({k: (T, E) for k in extras})
+        want.update({f"bootstrap_{k}": (E,) for k in extras})
+    except (KeyError, IndexError) as e:
+        return f"missing or misshapen reward: {e}"
+    for k, shape in want.items():
+        if k not in a:
+            return f"missing array {k!r}"
+        if tuple(a[k].shape) != shape:
+            return f"{k} has shape {tuple(a[k].shape)}, expected {shape}"
+    if spec.discrete:
+        act = a["action"]
+        out_of_range = act.size and (act.min() < 0 or act.max() >= spec.n_actions)
+        if act.dtype.kind not in "iu" or out_of_range:
+            return "actions out of the discrete range"
+    for k in ("obs", "reward", *extras):
+        if a[k].dtype.kind != "f" or not np.isfinite(a[k]).all():
+            return f"{k} is not finite floats"
+    return ""
+
+
+def concat_fragments(frags: list[dict], extras: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Stack fragments side by side along the env axis: [T, sum E, ...]."""
+    keys = ["obs", "action", "reward", "terminated", "truncated", "valid", *extras]
+    out = {k: np.concatenate([f[k] for f in frags], axis=1) for k in keys}
+    for k in extras:
+        out[f"bootstrap_{k}"] = np.concatenate([f[f"bootstrap_{k}"] for f in frags])
+    out["bootstrap_obs"] = np.concatenate([f["bootstrap_obs"] for f in frags])
+    return out
+
+
+class LearnerRole(Role):
+    """Runs the algorithm's updates on experience from its group's shards."""
+
+    name = "learner"
+
+    async def setup(self) -> None:
+        job = self.job
+        torch.set_num_threads(job.resources.learner.cpu or job.training.torch_threads)
+        torch.manual_seed(job.experiment.seed)
+        np.random.seed(job.experiment.seed)
+        self.spec = env_spec(job.environment)
+        self.algo = make_algorithm(job, self.spec, job.training.device)
+        self.rms = RunningMeanStd(self.spec.obs_shape)
+        self.pub, pub_ep = self.ctx.transport.bind(zmq.PUB, "params", hwm=8)
+        self.endpoints = {"params": pub_ep}
+        self.dealers: dict[str, tuple[str, zmq.asyncio.Socket]] = {}
+        self.shards_changed = asyncio.Event()
+        self.data_ready = asyncio.Event()
+        self.pending: deque[dict] = deque()
+        self.pending_steps = 0
+        self.env_steps = 0
+        self.version = 0
+        self.dropped = 0
+        self.rejected = 0
+        self.lags: deque[int] = deque(maxlen=200)
+        self.returns: deque[float] = deque(maxlen=100)
+        self.last_metrics: dict[str, float] = {}
+        self.learn_s = 0.0
+        self.next_ckpt = job.checkpoint.interval_steps
+        self.finished = False
+        self._rate = (time.monotonic(), 0, 0)
+        self._resume()
+
+    # -- state ------------------------------------------------------------------
+
+    def _ckpt_state(self) -> dict:
+        return {"algo": self.algo.state_dict(), "env_steps": self.env_steps,
+                "version": self.version, "updates": self.algo.updates,
+                "rms": {k: torch.from_numpy(np.array(v)) for k, v in self.rms.to_arrays().items()},
+                "policy": {k: torch.from_numpy(np.array(v))
+                           for k, v in self.algo.policy_arrays().items()},
+                "torch_rng": torch.get_rng_state(), "job": dumps_job(self.job),
+                "algorithm": self.job.algorithm.name}
+
+    def _resume(self) -> None:
+        path = Path(self.ctx.run_dir) / "checkpoints" / "latest.pt"
+        if not path.exists():
+            return
+        state = load_checkpoint(path, self.job.training.device)
+        self.algo.load_state_dict(state["algo"])
+        self.env_steps = int(state["env_steps"])
+        self.version = int(state["version"])
+        self.rms.load_arrays({k: v.numpy() for k, v in state["rms"].items()})
+        torch.set_rng_state(state["torch_rng"])
+        self.next_ckpt = (self.env_steps // self.job.checkpoint.interval_steps + 1) \
+            * self.job.checkpoint.interval_steps
+        self.log.info("resumed", checkpoint=str(path), env_steps=self.env_steps,
+                      version=self.version, updates=self.algo.updates)
+
+    def _checkpoint(self) -> None:
+        path = write_checkpoint(Path(self.ctx.run_dir), self.env_steps, self._ckpt_state(),
+                                self.job.checkpoint.keep)
+        self.log.info("checkpoint_saved", path=str(path), env_steps=self.env_steps,
+                      version=self.version)
+
+    # -- membership -------------------------------------------------------------
+
+    def on_membership(self, members) -> None:
+        super().on_membership(members)
+        self.shards_changed.set()
+
+    async def _shards_loop(self) -> None:
+        p = self.algo.params
+        while True:
+            await self.shards_changed.wait()
+            self.shards_changed.clear()
+            wanted = {m.id: m.endpoints.get("requests", "")
+                      for m in self.group_members("replay").values()}
+            for mid, (ep, sock) in list(self.dealers.items()):
+                if wanted.get(mid) != ep:
+                    self.ctx.transport.close_socket(sock)
+                    del self.dealers[mid]
+                    self.log.info("shard_disconnected", member=mid, endpoint=ep)
+            for mid, ep in wanted.items():
+                if ep and mid not in self.dealers:
+                    sock = self.ctx.transport.connect(zmq.DEALER, ep, hwm=1000)
+                    self.dealers[mid] = (ep, sock)
+                    per_batch = -(-p.batch_size // self.job.fragment_steps)
+                    credit = self.job.training.prefetch + per_batch
+                    await send(sock, wire.SampleRequest(credit=credit, batch_size=p.batch_size),
+                               self.id)
+                    self.log.info("shard_connected", member=mid, endpoint=ep)
+
+    # -- receiving --------------------------------------------------------------
+
+    def _take(self, b: wire.Batch, sock) -> bool:
+        """Keep a served fragment for training; False when it was dropped or rejected."""
+        a = b.arrays
+        T = self.job.sampling.fragment_length
+        why = fragment_problem(a, self.spec, T, self.algo.extras)
+        if why:
+            self.rejected += 1
+            self.wire_stats.reject(b.sampler or b.src, wire.WireError(f"bad fragment: {why}"))
+            return False
+        steps = int(a["reward"].size)
+        self.env_steps += steps  # dropped fragments count: the envs did step
+        if "ep_return" in a:
+            self.returns.extend(np.asarray(a["ep_return"], np.float64).tolist()[-100:])
+        if self.job.environment.normalize_obs and "rms_mean" in a:
+            with contextlib.suppress(KeyError, ValueError, IndexError):
+                self.rms.merge(a["rms_mean"], a["rms_var"], float(a["rms_count"][0]))
+        lag = self.version - b.version
+        self.lags.append(lag)
+        if lag > self.job.training.max_policy_lag or lag < 0:
+            self.dropped += 1
+            return False
+        self.pending.append((b.version, a, sock))
+        self.pending_steps += steps
+        if self.pending_steps >= self.algo.params.batch_size:
+            self.data_ready.set()
+        return True
+
+    async def _recv_loop(self) -> None:
+        poller = zmq.asyncio.Poller()
+        registered: set = set()
+        while True:
+            socks = {s for _, s in self.dealers.values()}
+            for s in socks - registered:
+                poller.register(s, zmq.POLLIN)
+            for s in registered - socks:
+                poller.unregister(s)
+            registered = socks
+            if not socks:
+                await asyncio.sleep(0.05)
+                continue
+            for sock, _ in await poller.poll(100):
+                _, msg = await recv(sock, self.wire_stats, expect=(wire.Batch,))
+                kept = msg is not None and not self.finished and self._take(msg, sock)
+                if not kept:  # consumed already: ask for another
+                    await send(sock, wire.SampleRequest(credit=1), self.id)
+
+    # -- training ---------------------------------------------------------------
+
+    def _params(self, final: bool = False) -> wire.Params:
+        arrays = self.algo.policy_arrays()
+        if self.job.environment.normalize_obs:
+            arrays.update(self.rms.to_arrays())
+        return wire.Params(version=self.version, env_steps=self.env_steps, final=final,
+                           arrays=arrays)
+
+    async def publish(self, final: bool = False) -> None:
+        await send(self.pub, self._params(final), self.id)
+        self.published_at = time.monotonic()
+
+    async def _train_loop(self) -> None:
+        total = self.job.training.total_timesteps
+        await self.publish()
+        while self.env_steps < total:
+            self.log.debug("waiting", pending=self.pending_steps)
+            await self.data_ready.wait()
+            self.data_ready.clear()
+            if self.pending_steps < self.algo.params.batch_size:
+                continue
+            frags = await self._next_batch()
+            if not frags:
+                continue
+            batch = concat_fragments(frags, self.algo.extras)
+            self.algo.progress = min(1.0, self.env_steps / total)
+            t0 = time.monotonic()
+            self.last_metrics = await asyncio.to_thread(self.algo.learn, batch)
+            self.learn_s += time.monotonic() - t0
+            self.version += 1
+            self.log.debug("updated", version=self.version, steps=int(batch["reward"].size),
+                           learn_s=round(time.monotonic() - t0, 4), pending=self.pending_steps)
+            if self.version % self.job.training.sync_interval_updates == 0:
+                await self.publish()
+            if self.env_steps >= self.next_ckpt:
+                self.next_ckpt += self.job.checkpoint.interval_steps
+                await asyncio.to_thread(self._checkpoint)
+        await self._finish()
+
+    async def _next_batch(self) -> list[dict]:
+        """Oldest-first fragments for one update; too stale ones are dropped. Every
+        fragment taken out of `pending` returns one credit to its shard, so the
+        learner holds at most prefetch + one batch: backpressure reaches samplers."""
+        out, steps = [], 0
+        lag_max = self.job.training.max_policy_lag
+        live = {s for _, s in self.dealers.values()}
+        while self.pending and steps < self.algo.params.batch_size:
+            version, a, sock = self.pending.popleft()
+            n = int(a["reward"].size)
+            self.pending_steps -= n
+            if sock is not None and sock in live:
+                await send(sock, wire.SampleRequest(credit=1), self.id)
+            if self.version - version > lag_max:
+                self.dropped += 1
+                continue
+            out.append((version, a, None))
+            steps += n
+        if steps < self.algo.params.batch_size:  # not enough fresh data: put it back
+            self.pending.extendleft(reversed(out))
+            self.pending_steps += steps
+            return []
+        return [a for _, a, _ in out]
+
+    async def _finish(self) -> None:
+        self.finished = True
+        await asyncio.to_thread(self._checkpoint)
+        self.log.info("training_finished", env_steps=self.env_steps, version=self.version,
+                      updates=self.algo.updates, fragments_dropped=self.dropped)
+        evaluators = [m for m in self.members.values() if m.role == "evaluator"]
+        if not evaluators:
+            await self.job_shutdown("training_finished")
+            return
+        # the evaluator runs a last evaluation of these params, then stops the job
+        deadline = time.monotonic() + 120.0
+        while time.monotonic() < deadline and not self.stop_event.is_set():
+            await self.publish(final=True)
+            await asyncio.sleep(1.0)
+        await self.job_shutdown("training_finished")
+
+    async def _republish_loop(self) -> None:
+        while not self.finished:
+            await asyncio.sleep(REPUBLISH_S)
+            if time.monotonic() - getattr(self, "published_at", 0.0) >= REPUBLISH_S:
+                await self.publish()
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._shards_loop())
+            tg.create_task(self._recv_loop())
+            tg.create_task(self._republish_loop())
+            tg.create_task(self._train_loop())
+
+    def status(self) -> dict[str, float]:
+        return {"env_steps": self.env_steps, "version": self.version}
+
+    def metrics(self) -> dict[str, float]:
+        now = time.monotonic()
+        t, steps, upd = self._rate
+        dt = max(now - t, 1e-9)
+        self._rate = (now, self.env_steps, self.algo.updates)
+        out = {"learner/env_steps": self.env_steps, "learner/updates": self.algo.updates,
+               "learner/policy_version": self.version,
+               "learner/fragments_dropped": self.dropped,
+               "learner/fragments_rejected": self.rejected,
+               "learner/env_steps_per_s": round((self.env_steps - steps) / dt, 1),
+               "learner/updates_per_s": round((self.algo.updates - upd) / dt, 3),
+               "learner/learn_s": round(self.learn_s, 3),
+               "learner/shards": len(self.dealers)}
+        if self.lags:
+            out["learner/policy_lag_mean"] = round(float(np.mean(self.lags)), 3)
+        if self.returns:
+            out["learner/episode_return_mean"] = round(float(np.mean(self.returns)), 3)
+        out.update({k: round(float(v), 6) for k, v in self.last_metrics.items()})
+        return out
+
+
+ROLE = LearnerRole

@@ -1,0 +1,253 @@
+"""Sampler: steps a vector env with a local policy copy and ships fragments.
+
+Stepping runs in a worker thread (`asyncio.to_thread`) one fragment at a time,
+so heartbeats, params and sending go on in the event loop meanwhile. Params
+from the group's learner are swapped in at most every `sync_interval_steps`
+vector steps without stopping. PUSH spreads fragments round-robin over the
+group's shards; when they are full the send waits (backpressure, measured).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+import numpy as np
+import torch
+import zmq
+
+from .. import wire
+from ..algos import make_algorithm
+from ..envs import env_spec, make_vector_env
+from ..normalize import RunningMeanStd, moments
+from .base import Role, reconnect, recv, send
+
+
+class Collector:
+    """Steps the vector env and cuts fixed-length columnar fragments (no I/O)."""
+
+    def __init__(self, job, algo, venv, seeds: list[int]):
+        self.job = job
+        self.algo = algo
+        self.venv = venv
+        self.T = job.sampling.fragment_length
+        self.E = venv.num_envs
+        self.norm = job.environment.normalize_obs
+        self.rms = RunningMeanStd(algo.spec.obs_shape)
+        raw, _ = venv.reset(seed=seeds if len(seeds) > 1 else seeds[0])
+        self.raw_obs = raw
+        self.prev_done = np.zeros(self.E, bool)
+        self.ep_ret = np.zeros(self.E, np.float64)
+        self.ep_len = np.zeros(self.E, np.int64)
+        self.version = 0
+        self.pending: tuple[int, dict] | None = None
+        self.cached: tuple[np.ndarray, dict, int] | None = None
+        self.steps = 0
+        self.swaps = 0
+        self.rejected_params = 0
+
+    def _obs(self, raw: np.ndarray) -> np.ndarray:
+        return self.rms.normalize(raw, self.job.environment.clip_obs) if self.norm \
+            else raw.astype(np.float32, copy=False)
+
+    def _maybe_swap(self) -> None:
+        pending, self.pending = self.pending, None
+        if pending is None or pending[0] == self.version:
+            return
+        version, arrays = pending
+        try:
+            self.algo.load_policy_arrays(arrays)
+        except ValueError:
+            self.rejected_params += 1
+            return
+        if self.norm:
+            self.rms.load_arrays(arrays)
+        self.version = version
+        self.swaps += 1
+        self.cached = None  # act again with the new params
+
+    def _act(self, obs: np.ndarray):
+        if self.cached is not None:
+            a, ex, v = self.cached
+            self.cached = None
+            return a, ex, v
+        a, ex = self.algo.act(obs)
+        return a, ex, self.version
+
+    def collect(self) -> tuple[dict[str, np.ndarray], int]:
+        """One fragment: T steps x E envs. Returns (arrays, oldest policy version used)."""
+        T, E = self.T, self.E
+        shape = self.algo.spec.obs_shape
+        obs = np.empty((T, E, *shape), np.float32)
+        raw_all = np.empty((T, E, *shape), np.float32) if self.norm else None
+        cols = {k: np.empty((T, E), np.float32) for k in ("reward", *self.algo.extras)}
+        term = np.empty((T, E), bool)
+        trunc = np.empty((T, E), bool)
+        valid = np.empty((T, E), bool)
+        actions = None
+        finished_ret, finished_len = [], []
+        min_version = None
+        sync_every = self.job.sampling.sync_interval_steps
+        for t in range(T):
+            if t == 0 or self.steps % sync_every == 0:
+                self._maybe_swap()
+            o = self._obs(self.raw_obs)
+            obs[t] = o
+            if raw_all is not None:
+                raw_all[t] = self.raw_obs
+            a, ex, v = self._act(o)
+            min_version = v if min_version is None else min(min_version, v)
+            if actions is None:
+                actions = np.empty((T, *a.shape), a.dtype)
+            actions[t] = a
+            for k in self.algo.extras:
+                cols[k][t] = ex[k]
+            raw, r, te, tr, _ = self.venv.step(self.algo.env_action(a))
+            ok = ~self.prev_done
+            valid[t] = ok
+            cols["reward"][t] = np.where(ok, r, 0.0)
+            term[t] = te & ok
+            trunc[t] = tr & ok
+            self.ep_ret += np.where(ok, r, 0.0)
+            self.ep_len += ok
+            done = (te | tr) & ok
+            for i in np.flatnonzero(done):
+                finished_ret.append(self.ep_ret[i])
+                finished_len.append(self.ep_len[i])
+                self.ep_ret[i] = 0.0
+                self.ep_len[i] = 0
+            self.prev_done = te | tr
+            self.raw_obs = raw
+            self.steps += 1
+        boot = self._obs(self.raw_obs)
+        a, ex = self.algo.act(boot)
+        self.cached = (a, ex, self.version)  # the next fragment's first action
+        arrays = {"obs": obs, "action": actions, "terminated": term, "truncated": trunc,
+                  "valid": valid, **cols, "bootstrap_obs": boot,
+                  "ep_return": np.array(finished_ret, np.float64),
+                  "ep_length": np.array(finished_len, np.int64)}
+        for k in self.algo.extras:
+            arrays[f"bootstrap_{k}"] = np.asarray(ex[k], np.float32)
+        if raw_all is not None:
+            arrays.update(moments(raw_all, shape))
+        return arrays, int(min_version)
+
+
+class SamplerRole(Role):
+    """Acts in its envs with the latest params it has and ships fragments."""
+
+    name = "sampler"
+
+    async def setup(self) -> None:
+        torch.set_num_threads(self.job.resources.sampler.cpu or self.job.sampling.torch_threads)
+        torch.manual_seed(self.job.experiment.seed)  # same initial weights as the learner
+        spec = env_spec(self.job.environment)
+        self.algo = make_algorithm(self.job, spec)
+        venv, seeds = make_vector_env(self.job.environment, self.job.sampling.num_envs_per_worker,
+                                      self.job.experiment.seed, self.ctx.index + 1)
+        self.collector = Collector(self.job, self.algo, venv, seeds)
+        t = self.ctx.transport
+        self.push = t.connect(zmq.PUSH, hwm=2)
+        self.sub = t.connect(zmq.SUB, hwm=4)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.shards: dict[str, str] = {}
+        self.learners: dict[str, str] = {}
+        self.shard_ready = asyncio.Event()
+        self.new_params = asyncio.Event()
+        self.fragments = 0
+        self.wait_s = 0.0
+        self.param_wait_s = 0.0
+        self.param_waits_timed_out = 0
+        self.returns: deque[float] = deque(maxlen=100)
+        self.lengths: deque[int] = deque(maxlen=100)
+        self._rate = (time.monotonic(), 0, 0.0)
+
+    def on_membership(self, members) -> None:
+        super().on_membership(members)
+        shards = {m.id: m.endpoints.get("fragments", "") for m in
+                  self.group_members("replay").values()}
+        learners = {m.id: m.endpoints.get("params", "") for m in members.values()
+                    if m.group == self.ctx.group and m.role in ("learner", "peer")}
+        reconnect(self.push, self.shards, shards, self.log, "shard")
+        reconnect(self.sub, self.learners, learners, self.log, "learner")
+        if self.shards:
+            self.shard_ready.set()
+        else:
+            self.shard_ready.clear()
+
+    async def _params_loop(self) -> None:
+        while True:
+            _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
+            # any other version: a learner restarted without a checkpoint counts from 0 again
+            if msg is not None and msg.version != self.collector.version:
+                self.collector.pending = (msg.version, msg.arrays)
+                self.new_params.set()
+
+    async def _wait_for_params(self, timeout: float) -> None:
+        """Bounded staleness: wait until params newer than those used arrive."""
+        c = self.collector
+        while c.pending is None or c.pending[0] == c.version:
+            self.new_params.clear()
+            try:
+                await asyncio.wait_for(self.new_params.wait(), timeout)
+            except TimeoutError:
+                self.param_waits_timed_out += 1
+                return
+
+    async def _collect_loop(self) -> None:
+        S = self.job.sampling
+        ahead = 1 if S.mode == "sync" else S.max_fragments_ahead
+        timeout = self.job.launch.heartbeat_interval_s * self.job.launch.heartbeat_liveness * 2
+        shipped, last_version = 0, None
+        while True:
+            if ahead and shipped >= ahead:
+                t0 = time.monotonic()
+                await self._wait_for_params(timeout)
+                self.param_wait_s += time.monotonic() - t0
+            arrays, version = await asyncio.to_thread(self.collector.collect)
+            if self.collector.version != last_version:
+                shipped, last_version = 0, self.collector.version
+            self.returns.extend(arrays["ep_return"].tolist())
+            self.lengths.extend(arrays["ep_length"].tolist())
+            t0 = time.monotonic()
+            await self.shard_ready.wait()
+            await send(self.push, wire.Fragment(version=version, arrays=arrays), self.id)
+            self.wait_s += time.monotonic() - t0
+            self.fragments += 1
+            shipped += 1
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._params_loop())
+            tg.create_task(self._collect_loop())
+
+    def status(self) -> dict[str, float]:
+        return {"fragments": self.fragments, "version": self.collector.version}
+
+    def metrics(self) -> dict[str, float]:
+        now = time.monotonic()
+        t, steps, wait = self._rate
+        c = self.collector
+        env_steps = c.steps * c.E
+        dt = max(now - t, 1e-9)
+        self._rate = (now, env_steps, self.wait_s)
+        out = {"sampler/env_steps": env_steps,
+               "sampler/env_steps_per_s": round((env_steps - steps) / dt, 1),
+               "sampler/fragments": self.fragments,
+               "sampler/backpressure_wait_frac": round((self.wait_s - wait) / dt, 4),
+               "sampler/backpressure_wait_s": round(self.wait_s, 3),
+               "sampler/param_wait_s": round(self.param_wait_s, 3),
+               "sampler/param_waits_timed_out": self.param_waits_timed_out,
+               "sampler/policy_version": c.version, "sampler/param_swaps": c.swaps,
+               "sampler/params_rejected": c.rejected_params}
+        if self.returns:
+            out["sampler/episode_return_mean"] = round(float(np.mean(self.returns)), 3)
+            out["sampler/episode_length_mean"] = round(float(np.mean(self.lengths)), 1)
+        return out
+
+    async def teardown(self) -> None:
+        self.collector.venv.close()
+
+
+ROLE = SamplerRole

@@ -1,0 +1,132 @@
+"""Start roles: one per process (`verl role`, what the launcher runs) or all of a
+job in one process over inproc:// (`verl run`, Sample Factory's serial mode).
+Both build the same RoleContext and call the same `serve`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import zmq.asyncio
+
+from .config import Job, dumps_job
+from .log import get_logger, setup_logging
+from .specs import RoleSpec, default_specs
+from .transport import CurveKeys, Transport
+
+
+def read_stdin_bundle() -> dict:
+    """The launcher's first stdin line: {"job": TOML text, "keys": {...} | null}."""
+    line = sys.stdin.buffer.readline()
+    if not line:
+        raise ValueError("expected the job on stdin (one JSON line), got end of input")
+    data = json.loads(line)
+    if not isinstance(data, dict) or not isinstance(data.get("job"), str):
+        raise ValueError("stdin bundle must be a JSON object with a 'job' string")
+    return data
+
+
+def limit_memory(spec: str) -> None:
+    """Cap this process's address space (`resources.<role>.memory`, e.g. "2GB")."""
+    if not spec:
+        return
+    import resource
+
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    s = spec.strip().lower().rstrip("ib").rstrip("b")
+    mult = units.get(s[-1:], 1)
+    value = float(s[:-1] if s[-1:] in units else s)
+    limit = int(value * mult)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def make_transport(ctx: zmq.asyncio.Context, job: Job, host: str, keys: CurveKeys | None,
+                   log, inproc: bool = False) -> Transport:
+    def denied(key: str) -> None:
+        log.warning("auth_denied", client_key=key[:40], mechanism="CURVE")
+
+    lo, hi = job.launch.port_range
+    return Transport(ctx, host=host, port_range=(lo, hi), keys=keys, inproc=inproc,
+                     on_denied=denied)
+
+
+def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir: Path,
+                     keys: CurveKeys | None, exit_on_stdin_eof: bool,
+                     log_stream=None, incarnation: int | None = None) -> int:
+    """Run one role in this process until it stops; return its exit code."""
+    from .roles.base import RoleContext, default_incarnation, index_of, role_class, serve
+
+    inc = incarnation or default_incarnation()
+    log = setup_logging(spec.role, spec.member_id, spec.group, inc, job.logging.level,
+                        stream=log_stream)
+    res = getattr(job.resources, spec.role, None)
+    try:
+        if res is not None:
+            limit_memory(res.memory)
+    except (ValueError, OSError) as e:
+        log.error("bad_memory_limit", value=res.memory, error=str(e))
+        return 2
+    cls = role_class(spec.role)
+
+    async def main() -> int:
+        zctx = zmq.asyncio.Context()
+        transport = make_transport(zctx, job, bind, keys, log)
+        ctx = RoleContext(job=job, role=spec.role, member_id=spec.member_id, group=spec.group,
+                          index=index_of(spec.member_id), incarnation=inc, registry=registry,
+                          run_dir=run_dir, host=bind, transport=transport, log=log,
+                          exit_on_stdin_eof=exit_on_stdin_eof)
+        try:
+            role = cls(ctx)
+            return await serve(role)
+        finally:
+            transport.close()
+            zctx.term()
+
+    try:
+        return asyncio.run(main())
+    except MemoryError:
+        limit = res.memory if res is not None else "?"
+        log.error("memory_limit_exceeded", error=f"{spec.role} {spec.member_id} went over its "
+                  f"memory limit of {limit}")
+        return 1
+
+
+def run_inproc(job: Job, run_dir: Path, log_stream=None) -> int:
+    """Every role of the job as asyncio tasks in this process over inproc://."""
+    from .roles.base import RoleContext, default_incarnation, index_of, role_class, serve
+
+    specs = default_specs(job)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "job.toml").write_text(dumps_job(job))
+    setup_logging("run", "run", level=job.logging.level, stream=log_stream)
+
+    async def main() -> int:
+        zctx = zmq.asyncio.Context()
+        roles = []
+        for spec in specs:
+            inc = default_incarnation()
+            log = get_logger(role=spec.role, id=spec.member_id, group=spec.group,
+                             incarnation=inc, host="inproc", pid=os.getpid())
+            t = make_transport(zctx, job, "inproc", None, log, inproc=True)
+            ctx = RoleContext(job=job, role=spec.role, member_id=spec.member_id,
+                              group=spec.group, index=index_of(spec.member_id),
+                              incarnation=inc, registry="inproc://registry", run_dir=run_dir,
+                              host="inproc", transport=t, log=log)
+            roles.append(role_class(spec.role)(ctx))
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: [r.request_stop("signal") for r in roles])
+        # the registry binds first: inproc connect before bind is allowed, but keep order
+        tasks = [asyncio.create_task(serve(roles[0], install_signals=False))]
+        await asyncio.sleep(0.05)
+        tasks += [asyncio.create_task(serve(r, install_signals=False)) for r in roles[1:]]
+        codes = await asyncio.gather(*tasks)
+        zctx.term()
+        return max(codes)
+
+    return asyncio.run(main())

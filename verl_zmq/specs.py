@@ -1,0 +1,39 @@
+"""Which role processes a job has (ids, groups), in start order. Light: the
+launcher plans with it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import Job
+
+
+@dataclass
+class RoleSpec:
+    """One role to start: what it is and who it is."""
+
+    role: str
+    member_id: str
+    group: str = "main"
+
+
+def default_specs(job: Job) -> list[RoleSpec]:
+    """Every role of a job, registry first, then learners (or peers), shards,
+    evaluators and samplers. DAPO: one group per peer, each with its own shard
+    and `sampling.num_workers` samplers."""
+    L = job.launch
+    specs = [RoleSpec("registry", "registry")]
+    if job.algorithm.name == "dapo":
+        n = max(L.peers, 1)
+        specs += [RoleSpec("peer", f"peer-{p}", f"peer{p}") for p in range(n)]
+        specs += [RoleSpec("replay", f"replay-{p}", f"peer{p}") for p in range(n)]
+        specs += [RoleSpec("evaluator", f"evaluator-{e}", "peer0") for e in range(L.evaluators)]
+        per = job.sampling.num_workers
+        specs += [RoleSpec("sampler", f"sampler-{p * per + i}", f"peer{p}")
+                  for p in range(n) for i in range(per)]
+        return specs
+    specs += [RoleSpec("learner", f"learner-{i}") for i in range(L.learners)]
+    specs += [RoleSpec("replay", f"replay-{i}") for i in range(L.replay_shards)]
+    specs += [RoleSpec("evaluator", f"evaluator-{i}") for i in range(L.evaluators)]
+    specs += [RoleSpec("sampler", f"sampler-{i}") for i in range(job.sampling.num_workers)]
+    return specs

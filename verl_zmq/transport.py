@@ -1,0 +1,171 @@
+"""The one place that makes sockets: zmq.asyncio, high-water marks, linger,
+ephemeral ports inside the job's port range, and CURVE with a ZAP
+authenticator that admits only the job's key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+import zmq.asyncio
+
+from . import wire
+
+DEFAULT_HWM = 16
+_inproc_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class CurveKeys:
+    """The job's CURVE key pair (z85). Every socket of the job uses it; the ZAP
+    authenticator admits only clients that hold it."""
+
+    public: str
+    secret: str
+
+    @classmethod
+    def generate(cls) -> CurveKeys:
+        pub, sec = zmq.curve_keypair()
+        return cls(public=pub.decode(), secret=sec.decode())
+
+    def to_json(self) -> str:
+        return json.dumps({"public": self.public, "secret": self.secret})
+
+    @classmethod
+    def from_json(cls, text: str) -> CurveKeys:
+        d = json.loads(text)
+        if not isinstance(d, dict) or not {"public", "secret"} <= set(d):
+            raise ValueError("expected a JSON object with 'public' and 'secret'")
+        for k in ("public", "secret"):
+            if not isinstance(d[k], str) or len(d[k]) != 40:
+                raise ValueError(f"'{k}' is not a 40-character z85 key")
+        return cls(public=d["public"], secret=d["secret"])
+
+    def save(self, path: str | Path) -> None:
+        """Write the keys readable by their owner only."""
+        path = Path(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> CurveKeys:
+        path = Path(path)
+        mode = path.stat().st_mode
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise PermissionError(
+                f"{path}: keys file is readable by others (mode {oct(mode & 0o777)}); "
+                f"chmod 600 {path}"
+            )
+        return cls.from_json(path.read_text())
+
+
+def curve_enabled(setting: bool | str, hosts: list[str]) -> bool:
+    """`security.curve`: "auto" is on when any host is not this machine's loopback name."""
+    if setting == "auto":
+        return any(h not in ("localhost", "127.0.0.1", "::1") for h in hosts)
+    return bool(setting)
+
+
+class Transport:
+    """Makes, binds and connects the sockets of one role process.
+
+    `host` is the address to bind on (the host's address from the plan);
+    `inproc=True` (the one-process `verl run` mode) binds `inproc://` names instead.
+    """
+
+    def __init__(self, ctx: zmq.asyncio.Context, host: str = "127.0.0.1",
+                 port_range: tuple[int, int] = (29500, 29999), keys: CurveKeys | None = None,
+                 inproc: bool = False, on_denied: Callable[[str], None] | None = None):
+        self.ctx = ctx
+        self.host = host
+        self.port_range = port_range
+        self.keys = None if inproc else keys
+        self.inproc = inproc
+        self.on_denied = on_denied
+        self.auth = None
+        self.sockets: list[zmq.asyncio.Socket] = []
+
+    def start_auth(self) -> None:
+        """Start the ZAP authenticator (needs a running event loop) when CURVE is on."""
+        if self.keys is None or self.auth is not None:
+            return
+        from zmq.auth.asyncio import AsyncioAuthenticator
+
+        self.auth = AsyncioAuthenticator(self.ctx)
+        self.auth.start()
+        self.auth.configure_curve_callback(domain="*", credentials_provider=self)
+
+    def callback(self, domain: str, client_key: bytes) -> bool:
+        """ZAP credentials provider: admit only the job's own public key."""
+        ok = self.keys is not None and client_key.decode("ascii", "replace") == self.keys.public
+        if not ok and self.on_denied is not None:
+            self.on_denied(client_key.decode("ascii", "replace"))
+        return ok
+
+    def socket(self, kind: int, hwm: int = DEFAULT_HWM, server: bool = False) -> zmq.asyncio.Socket:
+        s = self.ctx.socket(kind)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SNDHWM, hwm)
+        s.setsockopt(zmq.RCVHWM, hwm)
+        if self.keys is not None:
+            if server:
+                s.curve_server = True
+                s.curve_secretkey = self.keys.secret.encode()
+                s.curve_publickey = self.keys.public.encode()
+            else:
+                s.curve_serverkey = self.keys.public.encode()
+                s.curve_publickey = self.keys.public.encode()
+                s.curve_secretkey = self.keys.secret.encode()
+        self.sockets.append(s)
+        return s
+
+    def bind(self, kind: int, name: str, port: int | None = None,
+             hwm: int = DEFAULT_HWM) -> tuple[zmq.asyncio.Socket, str]:
+        """A bound socket and its endpoint: a fixed port, or an ephemeral one in range."""
+        s = self.socket(kind, hwm=hwm, server=True)
+        if self.inproc:
+            ep = f"inproc://{name}-{next(_inproc_ids)}"
+            s.bind(ep)
+            return s, ep
+        host = "*" if self.host in ("*", "0.0.0.0") else self.host
+        if port:
+            s.bind(f"tcp://{host}:{port}")
+        else:
+            lo, hi = self.port_range
+            port = s.bind_to_random_port(f"tcp://{host}", min_port=lo, max_port=hi + 1,
+                                         max_tries=200)
+        return s, f"tcp://{self.host}:{port}"
+
+    def connect(self, kind: int, endpoint: str | None = None,
+                hwm: int = DEFAULT_HWM) -> zmq.asyncio.Socket:
+        s = self.socket(kind, hwm=hwm)
+        if endpoint:
+            s.connect(endpoint)
+        return s
+
+    def close_socket(self, s: zmq.asyncio.Socket) -> None:
+        if s in self.sockets:
+            self.sockets.remove(s)
+        s.close(linger=0)
+
+    def close(self) -> None:
+        for s in self.sockets:
+            s.close(linger=0)
+        self.sockets.clear()
+        if self.auth is not None:
+            self.auth.stop()
+            self.auth = None
+
+
+async def send(sock: zmq.asyncio.Socket, msg: wire.Message, prefix: list | None = None) -> None:
+    """Encode and send one message (after ROUTER identity frames in `prefix`)."""
+    frames = wire.encode(msg)
+    await sock.send_multipart((prefix or []) + frames, copy=False)

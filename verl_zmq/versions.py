@@ -1,0 +1,39 @@
+"""Versions that must agree across a job; read from package metadata so that
+no heavy module is imported to learn them."""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+
+from . import __version__
+
+CHECKED = ("verl_zmq", "python", "torch", "gymnasium")
+
+
+def _dist_version(name: str) -> str:
+    try:
+        # the local part ("+cpu", "+cu121") names the build, not the API: ignore it
+        return metadata.version(name).split("+")[0]
+    except metadata.PackageNotFoundError:
+        return "missing"
+
+
+def local_versions() -> dict[str, str]:
+    """What this process runs: verl_zmq, Python (major.minor), torch, gymnasium."""
+    major, minor, _ = platform.python_version_tuple()
+    return {
+        "verl_zmq": __version__,
+        "python": f"{major}.{minor}",
+        "torch": _dist_version("torch"),
+        "gymnasium": _dist_version("gymnasium"),
+    }
+
+
+def mismatch(mine: dict[str, str], theirs: dict[str, str]) -> str:
+    """Empty when they agree, else a sentence naming each difference."""
+    diffs = [
+        f"{k} {theirs.get(k, 'missing')} (member) vs {mine.get(k, 'missing')} (registry)"
+        for k in CHECKED if theirs.get(k) != mine.get(k)
+    ]
+    return ("versions differ: " + "; ".join(diffs)) if diffs else ""

@@ -24,6 +24,7 @@ import math
 import time
 import typing
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import msgpack
@@ -42,6 +43,44 @@ ALLOWED_DTYPES = frozenset(
 )
 
 Arrays = dict  # name -> np.ndarray; a dedicated alias so the codec knows the field
+_DTYPES = {s: np.dtype(s) for s in ALLOWED_DTYPES}
+
+
+class LazyArrays(Mapping):
+    """Decoded arrays, checked at decode but built on first access (np.frombuffer,
+    no copy). A shard that only forwards a fragment never builds them at all."""
+
+    __slots__ = ("_specs", "_built")
+
+    def __init__(self, specs: dict[str, tuple[np.dtype, tuple, Any]]):
+        self._specs = specs
+        self._built: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        arr = self._built.get(name)
+        if arr is None:
+            dtype, shape, buf = self._specs[name]
+            arr = (np.empty(shape, dtype) if not len(buf)
+                   else np.frombuffer(buf, dtype=dtype).reshape(shape))
+            self._built[name] = arr
+        return arr
+
+    def __iter__(self):
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __contains__(self, name) -> bool:
+        return name in self._specs
+
+    def raw(self):
+        """(name, dtype str, shape, buffer) without building arrays: for re-encoding."""
+        for name, (dtype, shape, buf) in self._specs.items():
+            yield name, dtype.str, shape, buf
+
+    def __repr__(self) -> str:
+        return f"LazyArrays({ {k: (v[0].str, v[1]) for k, v in self._specs.items()} })"
 
 
 class WireError(Exception):
@@ -404,17 +443,27 @@ def encode(msg: Message, t: float | None = None) -> list:
     frames: list = [b""]
     specs = []
     if _HAS_ARRAYS[kind]:
-        for name, arr in msg.arrays.items():
-            arr = np.asarray(arr)
-            if arr.dtype.byteorder == ">":
-                arr = arr.astype(arr.dtype.newbyteorder("<"))
-            if not arr.flags.c_contiguous:
-                arr = np.ascontiguousarray(arr)
-            if arr.nbytes <= INLINE_MAX:
-                specs.append([name, arr.dtype.str, list(arr.shape), arr.tobytes()])
-            else:
-                specs.append([name, arr.dtype.str, list(arr.shape), len(frames)])
-                frames.append(arr.data)
+        arrays = msg.arrays
+        if type(arrays) is LazyArrays:  # forwarding: reuse the received buffers
+            for name, dt, shape, buf in arrays.raw():
+                if len(buf) <= INLINE_MAX:
+                    specs.append((name, dt, shape, bytes(buf)))
+                else:
+                    specs.append((name, dt, shape, len(frames)))
+                    frames.append(buf)
+        else:
+            for name, arr in arrays.items():
+                if type(arr) is not np.ndarray:
+                    arr = np.asarray(arr)
+                if arr.dtype.byteorder == ">":
+                    arr = arr.astype(arr.dtype.newbyteorder("<"))
+                if not arr.flags.c_contiguous:
+                    arr = np.ascontiguousarray(arr)
+                if arr.nbytes <= INLINE_MAX:
+                    specs.append((name, arr.dtype.str, arr.shape, arr.tobytes()))
+                else:
+                    specs.append((name, arr.dtype.str, arr.shape, len(frames)))
+                    frames.append(arr.data)
     header = {
         "v": PROTOCOL_VERSION,
         "k": int(kind),
@@ -497,17 +546,19 @@ def _decode(frames) -> Message:  # noqa: C901 - a linear list of checks
     return cls(**kwargs)
 
 
-def _decode_arrays(specs: list, bufs: list, where: str) -> dict:
-    arrays: dict[str, np.ndarray] = {}
+def _decode_arrays(specs: list, bufs: list, where: str) -> LazyArrays:
+    arrays: dict[str, tuple] = {}
     used = set()
     for spec in specs:
         if type(spec) is not list or len(spec) != 4:
             raise WireError(f"{where}: bad array description")
         name, dt, shape, data = spec
-        name = _v_str(name, f"{where}.arrays")
+        if type(name) is not str or len(name) > MAX_STR:
+            raise WireError(f"{where}: bad array name")
         if name in arrays:
             raise WireError(f"{where}: array {name[:40]!r} twice")
-        if type(dt) is not str or dt not in ALLOWED_DTYPES:
+        dtype = _DTYPES.get(dt) if type(dt) is str else None
+        if dtype is None:
             raise WireError(f"{where}.{name}: dtype {str(dt)[:16]!r} not allowed")
         if type(shape) is not list or len(shape) > MAX_NDIM:
             raise WireError(f"{where}.{name}: bad shape")
@@ -516,7 +567,6 @@ def _decode_arrays(specs: list, bufs: list, where: str) -> dict:
             if type(d) is not int or d < 0 or d > MAX_MESSAGE_BYTES:
                 raise WireError(f"{where}.{name}: bad shape")
             count *= d
-        dtype = np.dtype(dt)
         nbytes = count * dtype.itemsize
         if type(data) is bytes:
             buf = data
@@ -527,10 +577,7 @@ def _decode_arrays(specs: list, bufs: list, where: str) -> dict:
             raise WireError(f"{where}.{name}: bad data reference")
         if len(buf) != nbytes:
             raise WireError(f"{where}.{name}: {len(buf)} bytes for shape {shape} x {dt}")
-        if nbytes == 0:
-            arrays[name] = np.empty(shape, dtype=dtype)
-        else:
-            arrays[name] = np.frombuffer(buf, dtype=dtype).reshape(shape)
+        arrays[name] = (dtype, tuple(shape), buf)
     if len(used) != len(bufs) - 1:
         raise WireError(f"{where}: {len(bufs) - 1 - len(used)} frames not described")
-    return arrays
+    return LazyArrays(arrays)

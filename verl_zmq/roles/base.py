@@ -29,6 +29,7 @@ from ..config import Job
 from ..transport import Transport
 
 EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
+RECV_POLL_MS = 250
 _seq = itertools.count(1)
 
 
@@ -89,6 +90,11 @@ async def send(sock: zmq.asyncio.Socket, msg: wire.Message, src: str,
 async def recv(sock: zmq.asyncio.Socket, stats: WireStats, n_prefix: int = 0,
                expect: tuple[type, ...] | None = None):
     """Receive one message: (prefix frames, message) or (prefix, None) if it was bad."""
+    # poll with a timeout rather than block in recv: each poll re-reads the socket's
+    # events, so a wake-up lost on the edge-triggered fd (seen with inproc pipes that
+    # attach while a reader waits) costs at most one interval, never forever
+    while not await sock.poll(RECV_POLL_MS):
+        pass
     frames = await sock.recv_multipart(copy=False)
     prefix = frames[:n_prefix]
     sender = prefix[0].bytes.hex() if prefix else "peer"

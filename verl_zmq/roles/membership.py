@@ -69,6 +69,8 @@ class RegistryClient:
             old = self.members.get(d.member.id)
             if old is not None and old.incarnation == d.member.incarnation:
                 del self.members[d.member.id]
+        self.log.info("membership_changed", op=d.op, member=d.member.id,
+                      member_role=d.member.role, members=len(self.members))
         self._publish()
         return True
 
@@ -172,7 +174,7 @@ class RegistryClient:
                                  retry_in_s=round(backoff, 2))
                 self._close()
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.interval * 8)
+                backoff = min(backoff * 2, self.interval * self.liveness)
                 continue
             self._close()
             self.registered = False

@@ -1,0 +1,88 @@
+"""Shared helpers: free ports, subprocess roles, log polling, deadlines."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs"
+DATA = Path(__file__).resolve().parent / "data"
+PY = sys.executable
+
+
+def free_port_range(width: int = 60) -> tuple[int, int]:
+    """A block of ports, starting at a port the OS just handed out as free."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            lo = s.getsockname()[1]
+        lo = max(20000, min(lo, 60000 - width))
+        if _all_free(lo, lo + 5):
+            return lo, lo + width
+    raise RuntimeError("no free port range")
+
+
+def _all_free(lo: int, hi: int) -> bool:
+    for p in range(lo, hi):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                return False
+    return True
+
+
+def read_events(path: Path) -> list[dict]:
+    out = []
+    try:
+        text = path.read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def wait_for(pred, timeout: float, every: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
+
+
+def verl(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "verl_zmq.cli", *args], capture_output=True, text=True,
+                          timeout=kw.pop("timeout", 120), cwd=kw.pop("cwd", ROOT), **kw)
+
+
+def launch(*args, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "launcher.cli", *args], capture_output=True, text=True,
+                          timeout=kw.pop("timeout", 120), cwd=kw.pop("cwd", ROOT), **kw)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+    proc.wait(10)
+
+
+@pytest.fixture
+def ports():
+    return free_port_range()

@@ -1,0 +1,123 @@
+"""End to end: the README's main job as real processes. One live run is shared
+by every check here: it learns CartPole to 475 within 100k env steps while a
+sampler is killed with -9 and restarted by the launcher."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import CONFIGS, PY, ROOT, free_port_range, kill_tree, read_events, verl, \
+    wait_for
+
+TARGET, BUDGET = 475.0, 100_000
+
+
+@pytest.fixture(scope="session")
+def cartpole_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("cartpole") / "run"
+    lo, hi = free_port_range()
+    proc = subprocess.Popen(
+        [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"),
+         str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(run),
+         "--set", f"launch.port_range=[{lo}, {hi}]"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    killed = {}
+    try:
+        launcher_log = run / "logs" / "launcher.jsonl"
+
+        def sampler_pid():
+            # once the sampler has shipped fragments, kill it mid-job
+            if not any(e.get("event") == "metrics" and e.get("sampler/fragments", 0) > 0
+                       for e in read_events(run / "logs" / "sampler-1.jsonl")):
+                return None
+            pids = [e["pid"] for e in read_events(launcher_log)
+                    if e.get("event") == "role_started" and e.get("member") == "sampler-1"]
+            return pids[-1] if pids else None
+
+        pid = wait_for(sampler_pid, 120, what="sampler-1 shipping fragments")
+        import os
+
+        os.kill(pid, signal.SIGKILL)
+        killed = {"pid": pid, "t": time.time()}
+        out, err = proc.communicate(timeout=600)
+    finally:
+        kill_tree(proc)
+    return {"run": run, "rc": proc.returncode, "stdout": out, "stderr": err, "killed": killed}
+
+
+@pytest.mark.timeout(900)
+def test_main_job_reaches_target_within_budget(cartpole_run):
+    r = cartpole_run
+    assert r["rc"] == 0, r["stderr"][-3000:]
+    summary = json.loads((r["run"] / "summary.json").read_text())
+    assert summary["status"] == "done"
+    reached = [e for e in summary["evaluations"] if e["return_mean"] >= TARGET]
+    assert reached, summary["evaluations"]
+    assert reached[0]["env_steps"] <= BUDGET
+    assert summary["best_eval_return"] >= TARGET
+
+
+@pytest.mark.timeout(900)
+def test_killed_sampler_is_restarted_and_logged(cartpole_run):
+    run = cartpole_run["run"]
+    events = read_events(run / "logs" / "launcher.jsonl")
+    died = [e for e in events if e.get("event") == "role_died" and e.get("member") == "sampler-1"]
+    restarted = [e for e in events if e.get("event") == "role_restarted"
+                 and e.get("member") == "sampler-1"]
+    assert died and died[0]["exit_code"] == -9
+    assert restarted
+    starts = [e for e in read_events(run / "logs" / "sampler-1.jsonl")
+              if e.get("event") == "role_started"]
+    assert len(starts) >= 2 and starts[0]["incarnation"] != starts[-1]["incarnation"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["restarts"].get("sampler-1", 0) >= 1
+
+
+@pytest.mark.timeout(900)
+def test_run_folder_holds_every_role_log_and_the_resolved_job(cartpole_run):
+    run = cartpole_run["run"]
+    plan = json.loads((run / "plan.json").read_text())
+    for p in plan["placements"]:
+        log = run / "logs" / f"{p['member_id']}.jsonl"
+        evs = read_events(log)
+        assert evs, log
+        for e in evs:
+            for k in ("ts", "level", "event", "role", "id", "group", "incarnation", "host", "pid"):
+                assert k in e, (log, e)
+        assert any(e["event"] == "role_stopped" and e.get("exit_code") == 0 for e in evs), log
+    assert "[algorithm.params]" in (run / "job.toml").read_text()
+    assert (run / "checkpoints" / "latest.pt").exists()
+    assert (run / "checkpoints" / "best.pt").exists()
+
+
+@pytest.mark.timeout(900)
+def test_verl_logs_merges_and_filters(cartpole_run):
+    run = cartpole_run["run"]
+    r = verl("logs", str(run), "--json")
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert {e["id"] for e in lines} >= {"registry", "learner-0", "replay-0", "sampler-0"}
+    ts = [e["ts"] for e in lines]
+    assert ts == sorted(ts)
+    r = verl("logs", str(run), "--role", "evaluator", "--event", "evaluated")
+    assert r.returncode == 0 and r.stdout.count("evaluated") >= 2
+    assert all("evaluator-0" in line for line in r.stdout.splitlines())
+    r = verl("logs", str(run), "--level", "warning", "--json")
+    assert all(json.loads(x)["level"] in ("warning", "error") for x in r.stdout.splitlines())
+
+
+@pytest.mark.timeout(300)
+def test_verl_run_in_one_process(tmp_path):
+    """Every role as a task in one process over inproc://, tiny budget."""
+    r = verl("run", str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(tmp_path),
+             "--set", "training.total_timesteps=4000", "--set", "sampling.num_workers=2",
+             "--set", "evaluation.interval_steps=2000", timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    events = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert any(e.get("event") == "evaluated" for e in events)
+    assert any(e.get("event") == "training_finished" for e in events)

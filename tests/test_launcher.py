@@ -1,0 +1,115 @@
+"""The launcher's pure parts: hosts files, Slurm node lists, placement, dry runs,
+and bad input ending with exit code 2 before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.hosts import Host, HostsError, expand_nodelist, parse_hosts, slurm_hosts
+from launcher.plan import make_plan
+from tests.conftest import CONFIGS, DATA, launch
+from verl_zmq.config import load_job
+
+
+def test_hosts_file_parsing():
+    hosts = parse_hosts("""
+        # a comment
+        localhost slots=4 roles=registry,learner,replay,evaluator
+        alice@127.0.0.2:2222 slots=8 roles=sampler python=/opt/py/bin/python  # trailing
+        127.0.0.3 workdir=/srv/verl
+    """, "h.txt")
+    assert [h.address for h in hosts] == ["localhost", "127.0.0.2", "127.0.0.3"]
+    a = hosts[1]
+    assert (a.user, a.port, a.slots, a.roles, a.python) == \
+        ("alice", 2222, 8, ("sampler",), "/opt/py/bin/python")
+    assert hosts[0].is_local and not a.is_local and not hosts[2].is_local
+    assert a.ssh_target == "alice@127.0.0.2" and hosts[2].workdir == "/srv/verl"
+    assert hosts[1].line == 4  # the text starts with an empty line
+
+
+BAD_HOSTS = {
+    "unknown_option.txt": "unknown_option.txt:1: unknown option 'colour'",
+    "bad_port.txt": "bad_port.txt:1: port '99999'",
+    "unknown_role.txt": "unknown role 'learnr'",
+    "empty.txt": "no hosts",
+    "bad_slots.txt": "slots='zero'",
+    "bad_address.txt": "is not [user@]host[:port]",
+    "empty_roles.txt": "is not key=value",
+    "option_without_value.txt": "option 'python' is not key=value",
+    "port_not_number.txt": "port 'ssh'",
+    "no_host_for_registry.txt": "cannot place registry: no host allows it",
+}
+
+
+def test_bad_hosts_corpus_is_complete():
+    assert set(BAD_HOSTS) == {p.name for p in (DATA / "bad_hosts").glob("*.txt")}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_HOSTS))
+def test_bad_hosts_file_exits_2_before_starting(name, tmp_path):
+    r = launch(str(DATA / "bad_hosts" / name), str(CONFIGS / "cartpole_ppo.toml"),
+               "--run-dir", str(tmp_path / "run"), timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    assert BAD_HOSTS[name] in r.stderr, r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_unreachable_ssh_host_is_reported_before_any_role_starts(tmp_path, ports):
+    # a loopback address where no sshd listens on that port
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text(f"localhost\n127.0.0.9:{ports[0]} roles=sampler\n")
+    r = launch(str(hosts), str(CONFIGS / "cartpole_ppo.toml"), "--run-dir",
+               str(tmp_path / "run"), timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "127.0.0.9" in r.stderr and "unreachable by SSH" in r.stderr
+    assert not (tmp_path / "run" / "logs").exists()
+
+
+def test_slurm_nodelist_expansion():
+    assert expand_nodelist("node[01-03]") == ["node01", "node02", "node03"]
+    assert expand_nodelist("gpu[1-2,7],cpu5,x[08-10]") == \
+        ["gpu1", "gpu2", "gpu7", "cpu5", "x08", "x09", "x10"]
+    hosts = slurm_hosts({"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NTASKS_PER_NODE": "4(x2)"})
+    assert [(h.address, h.slots) for h in hosts] == [("n1", 4), ("n2", 4)]
+    with pytest.raises(HostsError, match="SLURM_JOB_NODELIST is not set"):
+        slurm_hosts({})
+
+
+def test_plan_spreads_samplers_and_puts_registry_first():
+    job = load_job(CONFIGS / "cartpole_ppo.toml")
+    hosts = [Host("127.0.0.2", roles=("registry", "learner", "replay", "evaluator")),
+             Host("127.0.0.3"), Host("127.0.0.4")]
+    plan = make_plan(job, hosts)
+    assert plan.placements[0].role == "registry" and plan.placements[0].host == 0
+    samplers = [p.host for p in plan.placements if p.role == "sampler"]
+    assert samplers == [1, 2, 1, 2]
+    shard = next(p for p in plan.placements if p.role == "replay")
+    learner = next(p for p in plan.placements if p.role == "learner")
+    assert shard.host == learner.host
+    assert plan.registry_endpoint == f"tcp://127.0.0.2:{job.registry_port}"
+
+
+def test_slots_bound_placement():
+    job = load_job(CONFIGS / "cartpole_ppo.toml")  # learner and samplers take cpu=1 each
+    with pytest.raises(HostsError, match="full"):
+        make_plan(job, [Host("localhost", slots=3)])
+
+
+def test_dry_run_prints_plan_and_commands_and_starts_nothing(tmp_path):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("127.0.0.2 roles=registry,learner,replay,evaluator\n127.0.0.3\n127.0.0.4\n")
+    r = launch("--dry-run", str(hosts), str(CONFIGS / "cartpole_ppo.toml"), "--run-dir",
+               str(tmp_path / "run"), timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "sampler-3" in r.stdout and "ssh -o BatchMode=yes" in r.stdout
+    assert "--exit-on-stdin-eof" in r.stdout and "--job -" in r.stdout
+    assert not (tmp_path / "run").exists()
+
+
+def test_dry_run_slurm(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[01-03]")
+    r = launch("--dry-run", "slurm", str(CONFIGS / "cartpole_ppo.toml"), timeout=60)
+    assert r.returncode == 0, r.stderr
+    for n in ("node01", "node02", "node03"):
+        assert n in r.stdout

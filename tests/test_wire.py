@@ -1,0 +1,174 @@
+"""The codec: round trips for every kind, and nothing but WireError on bad input."""
+
+from __future__ import annotations
+
+import random
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from verl_zmq import wire
+from verl_zmq.wire_samples import samples
+
+SAMPLES = samples()
+KINDS = [type(m).__name__ for m in SAMPLES]
+
+
+def _eq(a, b) -> None:
+    assert type(a) is type(b)
+    for f in a.__dataclass_fields__:
+        x, y = getattr(a, f), getattr(b, f)
+        if f == "arrays":
+            assert set(x) == set(y)
+            for k in x:
+                assert np.asarray(x[k]).dtype == y[k].dtype and np.array_equal(x[k], y[k])
+        elif f != "t":
+            assert x == y, f
+
+
+def test_every_kind_has_a_sample():
+    assert {type(m).KIND for m in SAMPLES} == set(wire.KINDS)
+
+
+@pytest.mark.parametrize("msg", SAMPLES, ids=KINDS)
+def test_round_trip(msg):
+    frames = wire.encode(msg)
+    _eq(msg, wire.decode([bytes(f) for f in frames]))
+
+
+def test_large_arrays_travel_as_frames_small_inline():
+    msg = wire.Params(version=1, arrays={"big": np.zeros(wire.INLINE_MAX // 4 + 1, np.float32),
+                                         "small": np.zeros(10, np.float32)})
+    frames = wire.encode(msg)
+    assert len(frames) == 2
+    assert memoryview(frames[1]).nbytes == (wire.INLINE_MAX // 4 + 1) * 4
+    out = wire.decode(frames)
+    assert out.arrays["big"].shape == (wire.INLINE_MAX // 4 + 1,)
+
+
+def test_non_contiguous_and_big_endian_arrays_are_fixed_on_encode():
+    a = np.arange(20, dtype=">f8").reshape(4, 5)[:, ::2]
+    out = wire.decode(wire.encode(wire.Fragment(arrays={"a": a})))
+    assert out.arrays["a"].dtype == np.dtype("<f8")
+    assert np.array_equal(out.arrays["a"], a)
+
+
+def _header(msg) -> dict:
+    return msgpack.unpackb(bytes(wire.encode(msg)[0]), raw=False)
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda h: h.update(v=2), "protocol version"),
+    (lambda h: h.update(k=99), "unknown kind"),
+    (lambda h: h["f"].update(version="3"), "expected int"),
+    (lambda h: h["f"].update(extra=1), "unknown field"),
+    (lambda h: h["a"][0].__setitem__(1, "|O"), "not allowed"),
+    (lambda h: h["a"][0].__setitem__(1, ">f4"), "not allowed"),
+    (lambda h: h["a"][0].__setitem__(2, [10**8, 10**8]), "bytes for shape"),
+    (lambda h: h["a"][0].__setitem__(2, [-1]), "bad shape"),
+    (lambda h: h["a"][0].__setitem__(3, 5), "bad data reference"),
+    (lambda h: h.update(src=b"x"), "expected str"),
+])
+def test_specific_rejections(change, why):
+    h = _header(wire.Fragment(version=3, arrays={"obs": np.zeros((2, 3), np.float32)}))
+    change(h)
+    with pytest.raises(wire.WireError, match=why):
+        wire.decode([msgpack.packb(h, use_bin_type=True)])
+
+
+def test_frame_count_mismatch_and_ext_types_rejected():
+    frames = wire.encode(wire.Params(arrays={"w": np.zeros(wire.INLINE_MAX, np.float32)}))
+    with pytest.raises(wire.WireError):
+        wire.decode(frames[:1])
+    with pytest.raises(wire.WireError):
+        wire.decode(list(frames) + [b"extra"])
+    ext = msgpack.packb({"v": 1, "k": 17, "f": {"reason": msgpack.ExtType(1, b"x")}})
+    with pytest.raises(wire.WireError):
+        wire.decode([ext])
+
+
+def _mutate(frames: list[bytes], rng: random.Random) -> list[bytes]:
+    frames = [bytearray(f) for f in frames]
+    op = rng.randrange(7)
+    i = rng.randrange(len(frames))
+    f = frames[i]
+    if op == 0 and f:
+        for _ in range(rng.randint(1, 8)):
+            f[rng.randrange(len(f))] = rng.randrange(256)
+    elif op == 1:
+        del f[rng.randrange(len(f) + 1):]
+    elif op == 2:
+        frames.append(bytearray(rng.randbytes(rng.randrange(64))))
+    elif op == 3 and len(frames) > 1:
+        frames.pop(i)
+    elif op == 4:
+        f[rng.randrange(len(f) + 1):rng.randrange(len(f) + 1)] = rng.randbytes(rng.randrange(16))
+    elif op == 5:
+        frames = [bytearray(rng.randbytes(rng.randrange(200))) for _ in range(rng.randint(1, 3))]
+    else:
+        h = msgpack.unpackb(bytes(frames[0]), raw=False)
+        h[rng.choice(list(h))] = rng.choice([None, 1, -1, "x", b"\x00", [], {}, 2**64 - 1, 1.5])
+        frames[0] = bytearray(msgpack.packb(h, use_bin_type=True))
+    return [bytes(x) for x in frames]
+
+
+def test_ten_thousand_seeded_mutations_raise_only_wire_error():
+    rng = random.Random(1234)
+    encoded = [[bytes(f) for f in wire.encode(m)] for m in SAMPLES]
+    outcomes = {"ok": 0, "rejected": 0}
+    for n in range(10_000):
+        frames = _mutate(encoded[n % len(encoded)], rng)
+        try:
+            wire.decode(frames)
+            outcomes["ok"] += 1
+        except wire.WireError:
+            outcomes["rejected"] += 1
+    assert outcomes["rejected"] > 5_000  # most mutations must be caught
+
+
+msgpack_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**64, 2**64 - 1) | st.floats() | st.text(max_size=20)
+    | st.binary(max_size=40),
+    lambda children: st.lists(children, max_size=5)
+    | st.dictionaries(st.text(max_size=8), children, max_size=5),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(frames=st.lists(st.binary(max_size=300), min_size=0, max_size=4))
+def test_random_frames_raise_only_wire_error(frames):
+    try:
+        wire.decode(frames)
+    except wire.WireError:
+        pass
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(kind=st.sampled_from(sorted(wire.KINDS)), fields=st.dictionaries(
+    st.sampled_from(["version", "members", "member", "ok", "credit", "values", "arrays",
+                     "reason", "op", "status", "incarnation", "x"]), msgpack_values, max_size=4),
+    arrays=st.lists(msgpack_values, max_size=3), extra=st.lists(st.binary(max_size=40), max_size=2))
+def test_random_headers_raise_only_wire_error(kind, fields, arrays, extra):
+    header = {"v": 1, "k": kind, "src": "fuzz", "seq": 1, "t": 0.0, "f": fields, "a": arrays}
+    try:
+        packed = msgpack.packb(header, use_bin_type=True)
+    except (OverflowError, ValueError, TypeError):
+        return
+    try:
+        wire.decode([packed, *extra])
+    except wire.WireError:
+        pass
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(idx=st.integers(0, len(SAMPLES) - 1), seed=st.integers(0, 2**32 - 1))
+def test_mutated_valid_messages_raise_only_wire_error(idx, seed):
+    frames = [bytes(f) for f in wire.encode(SAMPLES[idx])]
+    try:
+        wire.decode(_mutate(frames, random.Random(seed)))
+    except wire.WireError:
+        pass

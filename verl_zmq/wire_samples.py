@@ -1,0 +1,69 @@
+"""One valid example of every message kind: for tests, fuzzers and benchmarks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import wire
+
+
+def member(i: int = 0) -> wire.Member:
+    return wire.Member(id=f"sampler-{i}", role="sampler", group="main", incarnation=7 + i,
+                       host="127.0.0.1", index=i, endpoints={"fragments": "tcp://127.0.0.1:1"},
+                       versions={"verl_zmq": "0.1.0", "python": "3.11"})
+
+
+def cartpole_fragment(T: int = 128, E: int = 8, seed: int = 0) -> dict[str, np.ndarray]:
+    """The arrays of a T x E CartPole PPO fragment, as a sampler ships them."""
+    rng = np.random.default_rng(seed)
+    return {
+        "obs": rng.standard_normal((T, E, 4), dtype=np.float32),
+        "action": rng.integers(0, 2, (T, E), dtype=np.int64),
+        "reward": np.ones((T, E), np.float32),
+        "terminated": rng.random((T, E)) < 0.02,
+        "truncated": np.zeros((T, E), bool),
+        "valid": np.ones((T, E), bool),
+        "logp": rng.standard_normal((T, E), dtype=np.float32),
+        "value": rng.standard_normal((T, E), dtype=np.float32),
+        "bootstrap_obs": rng.standard_normal((E, 4), dtype=np.float32),
+        "bootstrap_logp": np.zeros(E, np.float32),
+        "bootstrap_value": np.zeros(E, np.float32),
+        "ep_return": np.array([21.0, 35.0]),
+        "ep_length": np.array([21, 35]),
+    }
+
+
+def params_arrays(nbytes: int = 1 << 20, seed: int = 0) -> dict[str, np.ndarray]:
+    """About `nbytes` of float32 weights in a few tensors, like a policy's state dict."""
+    rng = np.random.default_rng(seed)
+    n = nbytes // 4
+    return {"pi.0.weight": rng.standard_normal((n // 2 // 256, 256), dtype=np.float32),
+            "pi.0.bias": rng.standard_normal(256, dtype=np.float32),
+            "v.0.weight": rng.standard_normal((n // 2 // 256, 256), dtype=np.float32),
+            "v.0.bias": rng.standard_normal(256, dtype=np.float32)}
+
+
+def samples() -> list[wire.Message]:
+    frag = cartpole_fragment(16, 2)
+    return [
+        wire.Register(member=member()),
+        wire.RegisterReply(ok=True, pub_endpoint="tcp://127.0.0.1:2", members_seq=3,
+                           members=[member(0), member(1)]),
+        wire.Heartbeat(incarnation=7, status={"size": 3.0}),
+        wire.HeartbeatReply(known=True, members_seq=3),
+        wire.Deregister(incarnation=7),
+        wire.SnapshotRequest(),
+        wire.MembershipSnapshot(members_seq=3, members=[member(2)]),
+        wire.MembershipDelta(members_seq=4, op="leave", member=member(1)),
+        wire.Fragment(version=3, arrays=frag),
+        wire.SampleRequest(credit=4, batch_size=256),
+        wire.Batch(version=3, inserted_t=1.5, sampler="sampler-0", arrays=frag),
+        wire.PriorityUpdate(arrays={"index": np.arange(8), "generation": np.zeros(8, np.int64),
+                                    "priority": np.ones(8)}),
+        wire.Params(version=5, env_steps=1000, arrays=params_arrays(100_000)),
+        wire.GossipHello(fingerprint="ab" * 32, reward=1.5, version=2, members=[member()]),
+        wire.GossipParams(request=False, fingerprint="cd" * 32, arrays={"w": np.ones(4)}),
+        wire.Metrics(values={"sampler/env_steps_per_s": 1.0}),
+        wire.Shutdown(reason="target_reached"),
+        wire.Error(error="bad request"),
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -47,10 +48,8 @@ def read_events(path: Path) -> list[dict]:
     except OSError:
         return out
     for line in text.splitlines():
-        try:
+        with contextlib.suppress(ValueError):
             out.append(json.loads(line))
-        except ValueError:
-            pass
     return out
 
 

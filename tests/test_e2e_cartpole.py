@@ -11,8 +11,16 @@ import time
 
 import pytest
 
-from tests.conftest import CONFIGS, PY, ROOT, free_port_range, kill_tree, read_events, verl, \
-    wait_for
+from tests.conftest import (
+    CONFIGS,
+    PY,
+    ROOT,
+    free_port_range,
+    kill_tree,
+    read_events,
+    verl,
+    wait_for,
+)
 
 TARGET, BUDGET = 475.0, 100_000
 

@@ -183,6 +183,7 @@ class Training:
     prefetch: int = 4
     device: str = "cpu"
     torch_threads: int = 1
+    learn: bool = True  # false: drain batches without updating (pipeline benchmarks)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ import enum
 import math
 import time
 import typing
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import msgpack

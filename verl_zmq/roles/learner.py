@@ -237,6 +237,8 @@ class LearnerRole(Role):
             frags = await self._next_batch()
             if not frags:
                 continue
+            if not self.job.training.learn:  # drain only: measures the pipeline
+                continue
             batch = concat_fragments(frags, self.algo.extras)
             self.algo.progress = min(1.0, self.env_steps / total)
             t0 = time.monotonic()

@@ -1,0 +1,77 @@
+"""Helpers for the tools: run a job with verl-launch, read its logs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_ports(width: int = 60) -> tuple[int, int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        lo = max(20000, min(s.getsockname()[1], 60000 - width))
+    return lo, lo + width
+
+
+def events(path: Path) -> list[dict]:
+    out = []
+    try:
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+    except OSError:
+        pass
+    return out
+
+
+def launch(job: Path | str, run_dir: Path, overrides: list[str], hosts: str = "local",
+           timeout: float | None = None, quiet: bool = True) -> tuple[int, float]:
+    """Run a whole job; return (exit code, wall seconds of the launcher process)."""
+    lo, hi = free_ports()
+    cmd = [sys.executable, "-m", "launcher.cli", hosts, str(job), "--run-dir", str(run_dir),
+           "--set", f"launch.port_range=[{lo}, {hi}]", *[f"--set={o}" for o in overrides]]
+    t0 = time.monotonic()
+    out = subprocess.DEVNULL if quiet else None
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=out, start_new_session=True)
+    try:
+        rc = p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGINT)
+        rc = p.wait(60)
+    return rc, time.monotonic() - t0
+
+
+def first_step_time(run_dir: Path) -> float | None:
+    """When the first fragment was shipped: the first sampler metrics with env steps > 0,
+    less its interval (the first env step happened within that interval)."""
+    first = None
+    for p in (run_dir / "logs").glob("sampler-*.jsonl"):
+        for e in events(p):
+            if e.get("event") == "role_started":
+                first = e["ts"] if first is None else min(first, e["ts"])
+                break
+    return first
+
+
+def time_to_return(run_dir: Path, target: float) -> tuple[float | None, int | None]:
+    """(ts, env steps) of the first evaluation at or above target, else (None, None)."""
+    for e in events(run_dir / "logs" / "evaluator-0.jsonl"):
+        if e.get("event") == "evaluated" and e.get("eval/return_mean", -1e18) >= target:
+            return e["ts"], e["env_steps"]
+    return None, None
+
+
+def launcher_start(run_dir: Path) -> float | None:
+    for e in events(run_dir / "logs" / "launcher.jsonl"):
+        if e.get("event") == "role_started":
+            return e["ts"]
+    return None

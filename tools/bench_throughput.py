@@ -1,0 +1,85 @@
+#!/usr/bin/env python
+"""Pipeline throughput against the bare loop, side by side in one run.
+
+(a) bare loop: the same vector env and the same batched policy inference in this
+    process, env-steps/s;
+(b) pipeline: one sampler role feeding one FIFO shard and a learner that drains
+    batches without training (real processes, verl-launch), env-steps/s counted
+    by the learner after warm-up; and the ratio (b)/(a).
+
+    python tools/bench_throughput.py [--envs 8 32] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from _jobs import ROOT, events, launch
+
+JOB = ROOT / "configs" / "cartpole_ppo.toml"
+
+
+def bare_loop(envs: int, seconds: float, T: int) -> float:
+    import torch
+
+    from verl_zmq.algos import make_algorithm
+    from verl_zmq.config import load_job
+    from verl_zmq.envs import env_spec, make_vector_env
+    from verl_zmq.roles.sampler import Collector
+
+    torch.set_num_threads(1)
+    job = load_job(JOB, [f"sampling.num_envs_per_worker={envs}", f"sampling.fragment_length={T}",
+                         f"replay.capacity={T * envs * 8}"])
+    algo = make_algorithm(job, env_spec(job.environment))
+    venv, seeds = make_vector_env(job.environment, envs, 0, 1)
+    col = Collector(job, algo, venv, seeds)  # the sampler's own stepping code, without I/O
+    col.collect()
+    t0, steps = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        col.collect()
+        steps += T * envs
+    return steps / (time.perf_counter() - t0)
+
+
+def pipeline(envs: int, seconds: float, T: int, extra: list[str]) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        launch(JOB, run, ["sampling.num_workers=1", f"sampling.num_envs_per_worker={envs}",
+                          f"sampling.fragment_length={T}", "sampling.max_fragments_ahead=0",
+                          "training.learn=false", "training.total_timesteps=1000000000",
+                          "launch.evaluators=0", "logging.interval_s=1.0",
+                          f"replay.capacity={T * envs * 8}", *extra],
+               timeout=seconds + 15)
+        pts = [(e["ts"], e["learner/env_steps"]) for e in events(run / "logs" / "learner-0.jsonl")
+               if e.get("event") == "metrics" and e.get("learner/env_steps", 0) > 0]
+    if len(pts) < 4:
+        raise RuntimeError("pipeline produced too few metrics")
+    pts = pts[2:]  # warm-up
+    return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--envs", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--fragment-length", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--set", dest="extra", action="append", default=[],
+                    help="extra job overrides for the pipeline, e.g. security.curve=true")
+    args = ap.parse_args()
+    print(f"{'envs':>5}{'bare steps/s':>15}{'pipeline steps/s':>18}{'ratio':>8}")
+    for envs in args.envs:
+        a, b = [], []
+        for _ in range(args.repeats):  # interleaved: the machine is shared and noisy
+            a.append(bare_loop(envs, args.seconds / 2, args.fragment_length))
+            b.append(pipeline(envs, args.seconds, args.fragment_length, args.extra))
+        ma, mb = statistics.median(a), statistics.median(b)
+        print(f"{envs:>5}{ma:>15,.0f}{mb:>18,.0f}{mb / ma:>8.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

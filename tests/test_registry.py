@@ -99,7 +99,8 @@ def test_member_death_and_registry_restart(cluster):
 
     def seen_leaving():
         return all(any(e.get("op") == "leave" and e.get("member") == "replay-1"
-                       for e in c.events(m, "membership_changed")) for m in ("replay-0", "replay-2"))
+                       for e in c.events(m, "membership_changed"))
+                   for m in ("replay-0", "replay-2"))
 
     wait_for(seen_leaving, BOUND, what="survivors seeing replay-1 leave")
     left = [e for e in c.events("replay-0", "membership_changed") if e.get("op") == "leave"]

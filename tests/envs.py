@@ -18,3 +18,8 @@ class DictObsEnv(gym.Env):
 
     def step(self, action):
         return {"x": np.zeros(2, np.float32)}, 0.0, True, False, {}
+
+
+def double_reward(obs, action, reward, next_obs) -> float:
+    """A custom reward function (`environment.reward_fn = "tests.envs:double_reward"`)."""
+    return 2.0 * reward

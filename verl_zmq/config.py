@@ -29,8 +29,8 @@ class ConfigError(Exception):
 class Experiment:
     """Who the run is: its name (the run folder), its seed, where runs go."""
 
-    name: str = "verl"
-    seed: int = 0
+    name: str = "verl"  # the run folder is runs_dir/name/<stamp>
+    seed: int = 0  # seeds envs (with sampler and env index), networks, evaluation
     runs_dir: str = "runs"
 
 
@@ -38,37 +38,36 @@ class Experiment:
 class Environment:
     """The gymnasium env every sampler and the evaluator build."""
 
-    id: str = "CartPole-v1"
-    kwargs: dict = field(default_factory=dict)
+    id: str = "CartPole-v1"  # a registered gymnasium id, or module:Class
+    kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
     max_episode_steps: int = 0  # 0: the env's own limit
-    vectorization: Literal["auto", "native", "sync"] = "auto"
-    normalize_obs: bool = False
-    clip_obs: float = 10.0
+    vectorization: Literal["auto", "native", "sync"] = "auto"  # auto: native when it exists
+    normalize_obs: bool = False  # running mean/std, merged by the learner, sent with params
+    clip_obs: float = 10.0  # normalised observations are clipped to +-clip_obs
     reward_fn: str = ""  # "module:function" applied to (obs, action, reward, next_obs)
-    record_video: str = ""  # folder for the evaluator's videos; empty: off
-    step_timeout_s: float = 0.0  # >0: envs run in a subprocess worker, killed past it
+    record_video: str = ""  # evaluator: folder for videos of its first eval episode
 
 
 @dataclass(frozen=True)
 class Sampling:
     """Samplers: how many, how many envs each, fragment shape, param syncing."""
 
-    num_workers: int = 4
-    num_envs_per_worker: int = 2
-    mode: Literal["async", "sync"] = "async"
-    fragment_length: int = 64
-    sync_interval_steps: int = 20  # check for new params every this many vector steps
+    num_workers: int = 4  # sampler processes (per peer in DAPO)
+    num_envs_per_worker: int = 2  # envs stepped as one vector env by each sampler
+    mode: Literal["async", "sync"] = "async"  # sync: wait for new params after each fragment
+    fragment_length: int = 64  # T: vector steps per fragment (T x E env steps)
+    sync_interval_steps: int = 20  # swap in new params at most every this many env steps
     max_fragments_ahead: int = 2  # async: fragments shipped per policy version before waiting
-    torch_threads: int = 1
+    torch_threads: int = 1  # torch threads per sampler (resources.sampler.cpu wins)
 
 
 @dataclass(frozen=True)
 class Replay:
     """Replay shards: FIFO for on-policy, uniform/prioritized for off-policy."""
 
-    mode: Literal["fifo", "uniform", "prioritized"] = "fifo"
+    mode: Literal["fifo", "uniform", "prioritized"] = "fifo"  # fifo for ppo and dapo
     capacity: int = 100_000  # transitions per shard
-    when_full: Literal["block", "drop_oldest"] = "block"
+    when_full: Literal["block", "drop_oldest"] = "block"  # block: samplers wait (backpressure)
     alpha: float = 0.6
     beta: float = 0.4
     beta_anneal_steps: int = 100_000
@@ -177,12 +176,12 @@ class Algorithm:
 class Training:
     """The learner: budget, param publishing, staleness, prefetch, device."""
 
-    total_timesteps: int = 100_000
-    sync_interval_updates: int = 1
-    max_policy_lag: int = 4
-    prefetch: int = 4
-    device: str = "cpu"
-    torch_threads: int = 1
+    total_timesteps: int = 100_000  # env steps, dropped fragments included
+    sync_interval_updates: int = 1  # publish params every this many updates
+    max_policy_lag: int = 4  # on-policy: drop fragments this many updates older
+    prefetch: int = 4  # fragments requested beyond one batch, per shard
+    device: str = "cpu"  # cpu or cuda
+    torch_threads: int = 1  # resources.learner.cpu wins
     learn: bool = True  # false: drain batches without updating (pipeline benchmarks)
 
 
@@ -190,19 +189,18 @@ class Training:
 class Logging:
     """Metrics cadence and log level."""
 
-    interval_s: float = 5.0
+    interval_s: float = 5.0  # every role logs a metrics event this often
     level: Literal["debug", "info", "warning", "error"] = "info"
-    tensorboard: bool = False
 
 
 @dataclass(frozen=True)
 class Evaluation:
     """The evaluator: cadence in env steps, episodes, its own seed, early stop."""
 
-    interval_steps: int = 10_000
-    n_eval_episodes: int = 10
-    seed: int = 1_000_003
-    deterministic: bool = True
+    interval_steps: int = 10_000  # evaluate params every this many env steps
+    n_eval_episodes: int = 10  # run at once, one env each
+    seed: int = 1_000_003  # episode i is seeded seed + i, apart from training envs
+    deterministic: bool = True  # the policy's mode, not a sample
     stop_at_return: float | None = None  # stop the job once an eval reaches it
 
 
@@ -210,8 +208,8 @@ class Evaluation:
 class Checkpoint:
     """Learner checkpoints: cadence in env steps and how many to keep."""
 
-    interval_steps: int = 50_000
-    keep: int = 3
+    interval_steps: int = 50_000  # learner writes checkpoints/step_<n>.pt this often
+    keep: int = 3  # step checkpoints kept (latest.pt and best.pt besides)
 
 
 @dataclass(frozen=True)
@@ -246,18 +244,18 @@ class Launch:
 
     replay_shards: int = 1
     learners: int = 1
-    evaluators: int = 1
-    peers: int = 0
-    port_range: list[int] = field(default_factory=lambda: [29500, 29999])
+    evaluators: int = 1  # 0: none (the learner then stops the job itself)
+    peers: int = 0  # dapo: learner peers, each with its own group
+    port_range: list[int] = field(default_factory=lambda: [29500, 29999])  # roles bind here
     registry_port: int = 0  # 0: the first port of port_range
     heartbeat_interval_s: float = 1.0
-    heartbeat_liveness: int = 3
-    max_restarts: int = 3
-    restart_backoff_s: float = 1.0
-    grace_s: float = 10.0
-    python: str = ""
-    workdir: str = ""
-    ssh_options: list[str] = field(default_factory=list)
+    heartbeat_liveness: int = 3  # missed heartbeats before a member counts as dead
+    max_restarts: int = 3  # per role process, with exponential backoff
+    restart_backoff_s: float = 1.0  # first restart delay; doubles each time
+    grace_s: float = 10.0  # between SIGTERM and SIGKILL when stopping
+    python: str = ""  # interpreter on remote hosts (default python3)
+    workdir: str = ""  # cd here on remote hosts before starting a role
+    ssh_options: list[str] = field(default_factory=list)  # extra ssh arguments
 
 
 @dataclass(frozen=True)

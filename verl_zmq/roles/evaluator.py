@@ -24,12 +24,34 @@ from ..normalize import RunningMeanStd
 from .base import Role, reconnect, recv
 
 
-def evaluate(algo, job, rms: RunningMeanStd | None, episodes: int, seed: int,
-             deterministic: bool = True) -> np.ndarray:
-    """Run `episodes` episodes at once (one env each, seeds seed..seed+n-1); their returns."""
+def video_available() -> bool:
+    try:
+        import moviepy  # noqa: F401  (gymnasium's RecordVideo writes with it)
+    except ImportError:
+        return False
+    return True
+
+
+def _eval_env(job, video_dir: str, prefix: str):
+    """One evaluation env; the first one records video when asked and possible."""
+    if not video_dir:
+        return make_env(job.environment)
     import gymnasium as gym
 
-    venv = gym.vector.SyncVectorEnv([lambda: make_env(job.environment) for _ in range(episodes)])
+    env = make_env(job.environment, render_mode="rgb_array")
+    return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda _: True,
+                                    name_prefix=prefix, disable_logger=True)
+
+
+def evaluate(algo, job, rms: RunningMeanStd | None, episodes: int, seed: int,
+             deterministic: bool = True, video_dir: str = "", prefix: str = "eval"
+             ) -> np.ndarray:
+    """Run `episodes` episodes at once (one env each, seeds seed..seed+n-1); their returns.
+    With `video_dir`, the first episode is recorded there."""
+    import gymnasium as gym
+
+    venv = gym.vector.SyncVectorEnv(
+        [lambda i=i: _eval_env(job, video_dir if i == 0 else "", prefix) for i in range(episodes)])
     try:
         obs, _ = venv.reset(seed=[seed + i for i in range(episodes)])
         returns = np.zeros(episodes)
@@ -64,6 +86,13 @@ class EvaluatorRole(Role):
         self.best = -math.inf
         self.last: dict[str, float] = {}
         self.evaluations = 0
+        self.video_dir = ""
+        if self.job.environment.record_video:
+            if video_available():
+                self.video_dir = str(Path(self.ctx.run_dir) / self.job.environment.record_video)
+            else:
+                self.log.warning("video_unavailable", reason="moviepy is not installed; "
+                                 "pip install moviepy to record evaluation videos")
 
     def on_membership(self, members) -> None:
         super().on_membership(members)
@@ -95,7 +124,8 @@ class EvaluatorRole(Role):
                 self.rms.load_arrays(msg.arrays)
             self.next_at = (msg.env_steps // E.interval_steps + 1) * E.interval_steps
             rets = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
-                                           E.n_eval_episodes, E.seed, E.deterministic)
+                                           E.n_eval_episodes, E.seed, E.deterministic,
+                                           self.video_dir, f"eval-{msg.env_steps}")
             await self._report(msg, rets)
             if E.stop_at_return is not None and rets.mean() >= E.stop_at_return:
                 self.log.info("target_reached", **{"eval/return_mean": float(rets.mean())},

@@ -88,7 +88,7 @@ class Collector:
         actions = None
         finished_ret, finished_len = [], []
         min_version = None
-        sync_every = self.job.sampling.sync_interval_steps
+        sync_every = max(1, self.job.sampling.sync_interval_steps // E)  # in vector steps
         for t in range(T):
             if t == 0 or self.steps % sync_every == 0:
                 self._maybe_swap()
@@ -200,6 +200,8 @@ class SamplerRole(Role):
         ahead = 1 if S.mode == "sync" else S.max_fragments_ahead
         timeout = self.job.launch.heartbeat_interval_s * self.job.launch.heartbeat_liveness * 2
         shipped, last_version = 0, None
+        self.log.info("sampling_started", envs=self.collector.E,
+                      fragment_length=self.collector.T)
         while True:
             if ahead and shipped >= ahead:
                 t0 = time.monotonic()

@@ -113,3 +113,11 @@ def test_dry_run_slurm(tmp_path, monkeypatch):
     assert r.returncode == 0, r.stderr
     for n in ("node01", "node02", "node03"):
         assert n in r.stdout
+
+
+def test_launcher_refuses_a_bad_env_before_starting_any_role(tmp_path):
+    r = launch("local", str(DATA / "bad_envs" / "bad_env_id.toml"), "--run-dir",
+               str(tmp_path / "run"), timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "closest registered ids: CartPole-v1" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "run" / "logs").exists()

@@ -6,7 +6,9 @@ Both sides are measured the same way: an evaluation of 10 deterministic
 episodes on a separately seeded env every `interval` env steps; "reached" is
 the first evaluation whose mean is at or above the target, else "> budget".
 Printed per run: wall seconds from the first env step to the target, whole-
-process wall seconds, env steps to the target; then the ratios ours/SB3.
+process wall seconds, env steps to the target; then the ratios ours/SB3. Ours
+runs the job file with the zoo's hyperparameters set over it (gamma, GAE
+lambda, entropy, epochs, batch, schedules), so the systems are compared.
 
     python tools/bench_learning.py ppo-cartpole [--seeds 0] [--target 475]
 """
@@ -29,7 +31,13 @@ ZOO = {
         algo="PPO", env="CartPole-v1", n_envs=8, budget=100_000, interval=5_000,
         kwargs=dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
                     ent_coef=0.0, learning_rate="lin_0.001", clip_range="lin_0.2"),
-        job="configs/cartpole_ppo.toml"),
+        job="configs/cartpole_ppo.toml",
+        # ours runs the same hyperparameters, so the systems are compared, not the tuning
+        ours=["algorithm.params.gamma=0.98", "algorithm.params.gae_lambda=0.8",
+              "algorithm.params.ent_coef=0.0", "algorithm.params.n_epochs=20",
+              "algorithm.params.batch_size=256", "algorithm.params.minibatch_size=256",
+              "algorithm.params.learning_rate=0.001", 'algorithm.params.lr_schedule="linear"',
+              "algorithm.params.clip_range=0.2", 'algorithm.params.clip_schedule="linear"']),
 }
 
 SB3_SCRIPT = r"""
@@ -81,7 +89,8 @@ def run_ours(cfg: dict, seed: int, target: float) -> dict:
         launch(ROOT / cfg["job"], run, [f"experiment.seed={seed}",
                                         f"evaluation.stop_at_return={target}",
                                         f"evaluation.interval_steps={cfg['interval']}",
-                                        f"training.total_timesteps={cfg['budget']}"],
+                                        f"training.total_timesteps={cfg['budget']}",
+                                        *cfg.get("ours", [])],
                timeout=3600)
         wall = time.time() - t0
         ts, steps = time_to_return(run, target)

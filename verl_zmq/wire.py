@@ -420,6 +420,9 @@ _HAS_ARRAYS = {k: any(f.name == "arrays" for f in dataclasses.fields(c)) for k, 
 # --------------------------------------------------------------------------- codec
 
 
+_PLAIN = (int, float, str, bool)
+
+
 def _to_plain(v):
     if dataclasses.is_dataclass(v):
         return {f.name: _to_plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
@@ -439,7 +442,8 @@ def encode(msg: Message, t: float | None = None) -> list:
     kind = msg.KIND
     fields: dict[str, Any] = {}
     for name in _SCHEMAS[kind]:
-        fields[name] = _to_plain(getattr(msg, name))
+        v = getattr(msg, name)
+        fields[name] = v if type(v) in _PLAIN else _to_plain(v)
     frames: list = [b""]
     specs = []
     if _HAS_ARRAYS[kind]:
@@ -546,6 +550,26 @@ def _decode(frames) -> Message:  # noqa: C901 - a linear list of checks
     return cls(**kwargs)
 
 
+_SPECS: dict[tuple, tuple[np.dtype, tuple, int]] = {}  # validated descriptions, bounded
+
+
+def _check_spec(name, dt, shape, where: str) -> tuple[np.dtype, tuple, int]:
+    """Validate one array description; (dtype, shape tuple, byte count)."""
+    if type(name) is not str or len(name) > MAX_STR:
+        raise WireError(f"{where}: bad array name")
+    dtype = _DTYPES.get(dt) if type(dt) is str else None
+    if dtype is None:
+        raise WireError(f"{where}.{name}: dtype {str(dt)[:16]!r} not allowed")
+    if len(shape) > MAX_NDIM:
+        raise WireError(f"{where}.{name}: bad shape")
+    count = 1
+    for d in shape:
+        if type(d) is not int or d < 0 or d > MAX_MESSAGE_BYTES:
+            raise WireError(f"{where}.{name}: bad shape")
+        count *= d
+    return dtype, tuple(shape), count * dtype.itemsize
+
+
 def _decode_arrays(specs: list, bufs: list, where: str) -> LazyArrays:
     arrays: dict[str, tuple] = {}
     used = set()
@@ -553,21 +577,23 @@ def _decode_arrays(specs: list, bufs: list, where: str) -> LazyArrays:
         if type(spec) is not list or len(spec) != 4:
             raise WireError(f"{where}: bad array description")
         name, dt, shape, data = spec
-        if type(name) is not str or len(name) > MAX_STR:
-            raise WireError(f"{where}: bad array name")
+        if type(shape) is not list:
+            raise WireError(f"{where}: bad shape")
+        # Descriptions repeat message after message: a validated one is looked up.
+        # A key equal to a validated key (2.0 == 2, True == 1) maps to the validated
+        # dtype and shape, never to what was received, so the cache cannot be fooled.
+        try:
+            key = (name, dt, *shape)
+            hit = _SPECS.get(key)
+        except TypeError:  # an unhashable element: validation below refuses it
+            key, hit = None, None
+        if hit is None:
+            hit = _check_spec(name, dt, shape, where)
+            if key is not None and len(_SPECS) < 4096:
+                _SPECS[key] = hit
+        dtype, shp, nbytes = hit
         if name in arrays:
             raise WireError(f"{where}: array {name[:40]!r} twice")
-        dtype = _DTYPES.get(dt) if type(dt) is str else None
-        if dtype is None:
-            raise WireError(f"{where}.{name}: dtype {str(dt)[:16]!r} not allowed")
-        if type(shape) is not list or len(shape) > MAX_NDIM:
-            raise WireError(f"{where}.{name}: bad shape")
-        count = 1
-        for d in shape:
-            if type(d) is not int or d < 0 or d > MAX_MESSAGE_BYTES:
-                raise WireError(f"{where}.{name}: bad shape")
-            count *= d
-        nbytes = count * dtype.itemsize
         if type(data) is bytes:
             buf = data
         elif type(data) is int and 1 <= data < len(bufs) and data not in used:
@@ -576,8 +602,8 @@ def _decode_arrays(specs: list, bufs: list, where: str) -> LazyArrays:
         else:
             raise WireError(f"{where}.{name}: bad data reference")
         if len(buf) != nbytes:
-            raise WireError(f"{where}.{name}: {len(buf)} bytes for shape {shape} x {dt}")
-        arrays[name] = (dtype, tuple(shape), buf)
+            raise WireError(f"{where}.{name}: {len(buf)} bytes for shape {list(shp)} x {dt}")
+        arrays[name] = (dtype, shp, buf)
     if len(used) != len(bufs) - 1:
         raise WireError(f"{where}: {len(bufs) - 1 - len(used)} frames not described")
     return LazyArrays(arrays)

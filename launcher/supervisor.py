@@ -137,7 +137,7 @@ class Supervisor:
                     self.wake.set()  # the job is finishing
                 return
             tail = _last_lines(rp.err_path, 5)
-            self.log.warning("role_died", member=p.member_id, role=p.role, exit_code=rc,
+            self.log.warning("role_died", member=p.member_id, member_role=p.role, exit_code=rc,
                              restarts=rp.restarts, last_error=tail)
             if rc != 2 and rp.restarts < L.max_restarts:
                 delay = L.restart_backoff_s * (2 ** rp.restarts)
@@ -146,11 +146,11 @@ class Supervisor:
                 if self.stopping:
                     return
                 await rp.start()
-                self.log.info("role_restarted", member=p.member_id, role=p.role,
+                self.log.info("role_restarted", member=p.member_id, member_role=p.role,
                               restarts=rp.restarts, after_s=delay)
                 continue
             self.failed.append(p.member_id)
-            self.log.error("role_failed", member=p.member_id, role=p.role, exit_code=rc,
+            self.log.error("role_failed", member=p.member_id, member_role=p.role, exit_code=rc,
                            last_error=tail)
             if p.role in VITAL or rc == 2:
                 self.outcome = EXIT_FAILED
@@ -186,7 +186,8 @@ class Supervisor:
         watchers = []
         for i, rp in enumerate(self.procs):
             await rp.start()
-            self.log.info("role_started", member=rp.placement.member_id, role=rp.placement.role,
+            self.log.info("role_started", member=rp.placement.member_id,
+                          member_role=rp.placement.role,
                           host=self.plan.host_of(rp.placement).address, pid=rp.proc.pid)
             watchers.append(asyncio.create_task(self._watch(rp)))
             if i == 0:
@@ -195,7 +196,8 @@ class Supervisor:
         while not self.stopping and not self._done():
             self.wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self.wake.wait()
         await self._stop_all(finishing=not self.stopping)
         progress.cancel()
         for w in watchers:
@@ -226,7 +228,8 @@ class Supervisor:
         for rp in self.procs:
             if rp.proc is not None:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(rp.proc.wait(), 5)
+                    async with asyncio.timeout(5):
+                        await rp.proc.wait()
 
     def summary(self) -> dict:
         pr = self.progress

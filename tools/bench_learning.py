@@ -32,8 +32,9 @@ ZOO = {
         kwargs=dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
                     ent_coef=0.0, learning_rate="lin_0.001", clip_range="lin_0.2"),
         job="configs/cartpole_ppo.toml",
-        # ours runs the same hyperparameters, so the systems are compared, not the tuning
-        ours=["algorithm.params.gamma=0.98", "algorithm.params.gae_lambda=0.8",
+        # ours runs the same hyperparameters and, like SB3, synchronous on-policy PPO
+        # (samplers wait for each new policy), so the systems are compared, not the tuning
+        ours=['sampling.mode="sync"', "algorithm.params.gamma=0.98", "algorithm.params.gae_lambda=0.8",
               "algorithm.params.ent_coef=0.0", "algorithm.params.n_epochs=20",
               "algorithm.params.batch_size=256", "algorithm.params.minibatch_size=256",
               "algorithm.params.learning_rate=0.001", 'algorithm.params.lr_schedule="linear"',

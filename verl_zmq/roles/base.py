@@ -140,6 +140,8 @@ class Role:
             self.stop_reason = reason
             self.log.info("stop_requested", reason=reason)
             self.stop_event.set()
+            if self.ctx.extra.get("watchdog", True):
+                _start_watchdog(self)
 
     async def setup(self) -> None:
         """Bind sockets and fill `self.endpoints`."""
@@ -170,6 +172,42 @@ class Role:
         if self.registry_client is not None:
             await self.registry_client.send_shutdown(reason)
         self.request_stop(reason)
+
+
+def task_stacks() -> list[str]:
+    """Where every asyncio task of this loop is waiting: for hung-role reports."""
+    import io
+
+    out = []
+    for t in asyncio.all_tasks():
+        buf = io.StringIO()
+        t.print_stack(limit=6, file=buf)
+        out.append(buf.getvalue().strip())
+    return out
+
+
+def _start_watchdog(role: Role) -> None:
+    """A role asked to stop must be gone within the job's grace period: if not,
+    report where its tasks hang and exit hard (no orphan waits on a stuck task)."""
+    import threading
+
+    grace = role.job.launch.grace_s
+    loop = asyncio.get_running_loop()
+
+    def watch() -> None:
+        time.sleep(grace)
+        try:
+            stacks = asyncio.run_coroutine_threadsafe(_stacks(), loop).result(1.0)
+        except Exception as e:  # the loop itself is stuck
+            stacks = [f"event loop unresponsive: {e!r}"]
+        role.log.error("stop_timed_out", grace_s=grace, tasks=stacks)
+        os._exit(EXIT_FAILED)
+
+    threading.Thread(target=watch, name="stop-watchdog", daemon=True).start()
+
+
+async def _stacks() -> list[str]:
+    return task_stacks()
 
 
 async def _metrics_loop(role: Role) -> None:
@@ -205,6 +243,8 @@ async def serve(role: Role, install_signals: bool = True) -> int:
     if install_signals:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, role.request_stop, signal.Signals(sig).name)
+        loop.add_signal_handler(signal.SIGUSR1, lambda: role.log.info(
+            "task_stacks", tasks=task_stacks()))
     rc = EXIT_OK
     ctx.transport.start_auth()
     try:

@@ -87,6 +87,8 @@ class LearnerRole(Role):
         self.pub, pub_ep = self.ctx.transport.bind(zmq.PUB, "params", hwm=8)
         self.endpoints = {"params": pub_ep}
         self.dealers: dict[str, tuple[str, zmq.asyncio.Socket]] = {}
+        self.readers: dict[str, asyncio.Task] = {}
+        self.reader_error: Exception | None = None
         self.shards_changed = asyncio.Event()
         self.data_ready = asyncio.Event()
         self.pending: deque[dict] = deque()
@@ -151,6 +153,8 @@ class LearnerRole(Role):
                       for m in self.group_members("replay").values()}
             for mid, (ep, sock) in list(self.dealers.items()):
                 if wanted.get(mid) != ep:
+                    # stop its reader before closing: a socket is used by one task only
+                    self.readers.pop(mid).cancel()
                     self.ctx.transport.close_socket(sock)
                     del self.dealers[mid]
                     self.log.info("shard_disconnected", member=mid, endpoint=ep)
@@ -158,6 +162,7 @@ class LearnerRole(Role):
                 if ep and mid not in self.dealers:
                     sock = self.ctx.transport.connect(zmq.DEALER, ep, hwm=1000)
                     self.dealers[mid] = (ep, sock)
+                    self.readers[mid] = asyncio.create_task(self._read_shard(sock))
                     per_batch = -(-p.batch_size // self.job.fragment_steps)
                     credit = self.job.training.prefetch + per_batch
                     await send(sock, wire.SampleRequest(credit=credit, batch_size=p.batch_size),
@@ -193,24 +198,25 @@ class LearnerRole(Role):
             self.data_ready.set()
         return True
 
-    async def _recv_loop(self) -> None:
-        poller = zmq.asyncio.Poller()
-        registered: set = set()
-        while True:
-            socks = {s for _, s in self.dealers.values()}
-            for s in socks - registered:
-                poller.register(s, zmq.POLLIN)
-            for s in registered - socks:
-                poller.unregister(s)
-            registered = socks
-            if not socks:
-                await asyncio.sleep(0.05)
-                continue
-            for sock, _ in await poller.poll(100):
+    async def _read_shard(self, sock) -> None:
+        """One reader per shard socket, cancelled when the shard goes away."""
+        try:
+            while True:
                 _, msg = await recv(sock, self.wire_stats, expect=(wire.Batch,))
                 kept = msg is not None and not self.finished and self._take(msg, sock)
                 if not kept:  # consumed already: ask for another
                     await send(sock, wire.SampleRequest(credit=1), self.id)
+        except Exception as e:  # surface it: the supervised loop below re-raises
+            self.reader_error = e
+            self.shards_changed.set()
+            raise
+
+    async def _watch_readers(self) -> None:
+        """Readers are created as shards come and go; a crash in one must not hide."""
+        while True:
+            await asyncio.sleep(1.0)
+            if self.reader_error is not None:
+                raise self.reader_error
 
     # -- training ---------------------------------------------------------------
 
@@ -303,7 +309,7 @@ class LearnerRole(Role):
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._shards_loop())
-            tg.create_task(self._recv_loop())
+            tg.create_task(self._watch_readers())
             tg.create_task(self._republish_loop())
             tg.create_task(self._train_loop())
 

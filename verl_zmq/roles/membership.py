@@ -187,9 +187,9 @@ class RegistryClient:
         """Deregister (best effort: the registry may be gone) and close."""
         if self.dealer is not None and self.registered:
             try:
-                await asyncio.wait_for(
-                    send(self.dealer, wire.Deregister(incarnation=self.me.incarnation),
-                         self.me.id), 0.5)
+                async with asyncio.timeout(0.5):
+                    await send(self.dealer, wire.Deregister(incarnation=self.me.incarnation),
+                               self.me.id)
                 await asyncio.sleep(0.05)  # let the frame leave before linger=0 close
             except (TimeoutError, zmq.ZMQError):
                 pass

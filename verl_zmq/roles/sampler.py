@@ -189,8 +189,9 @@ class SamplerRole(Role):
         c = self.collector
         while c.pending is None or c.pending[0] == c.version:
             self.new_params.clear()
-            try:
-                await asyncio.wait_for(self.new_params.wait(), timeout)
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel
+                async with asyncio.timeout(timeout):
+                    await self.new_params.wait()
             except TimeoutError:
                 self.param_waits_timed_out += 1
                 return

@@ -34,12 +34,25 @@ def python_for(job: Job, host: Host) -> str:
     return sys.executable if host.is_local else "python3"
 
 
+def run_dir_on(host: Host, run_dir: Path) -> str:
+    """Where a role keeps its files (checkpoints, snapshots) on its own host: the same
+    path locally; on other hosts relative to the working directory when the run folder
+    is under ours (no shared filesystem is assumed), else the same absolute path."""
+    if host.is_local:
+        return str(run_dir)
+    try:
+        return str(Path(run_dir).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(run_dir)
+
+
 def role_argv(job: Job, plan: Plan, p: Placement, run_dir: Path) -> list[str]:
     """The `verl role` command line for one placement (what --dry-run prints)."""
     host = plan.host_of(p)
     return [python_for(job, host), "-m", "verl_zmq.cli", "role", p.role, "--job", "-",
             "--registry", plan.registry_endpoint, "--id", p.member_id, "--group", p.group,
-            "--bind", host.bind_address, "--run-dir", str(run_dir), "--exit-on-stdin-eof"]
+            "--bind", host.bind_address, "--run-dir", run_dir_on(host, run_dir),
+            "--exit-on-stdin-eof"]
 
 
 def ssh_argv(job: Job, host: Host, inner: list[str]) -> list[str]:

@@ -139,7 +139,8 @@ class Supervisor:
             tail = _last_lines(rp.err_path, 5)
             self.log.warning("role_died", member=p.member_id, member_role=p.role, exit_code=rc,
                              restarts=rp.restarts, last_error=tail)
-            if rc != 2 and rp.restarts < L.max_restarts:
+            limit = L.max_restarts_per_role.get(p.role, L.max_restarts)
+            if rc != 2 and rp.restarts < limit:
                 delay = L.restart_backoff_s * (2 ** rp.restarts)
                 rp.restarts += 1
                 await asyncio.sleep(delay)

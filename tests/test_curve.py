@@ -32,8 +32,7 @@ async def _try_register(endpoint: str, server_public: str, client: tuple[str, st
             return wire.decode(await s.recv_multipart())
         return None
     finally:
-        s.close(0)
-        ctx.term()
+        ctx.destroy(linger=0)
 
 
 @pytest.mark.timeout(60)

@@ -34,8 +34,9 @@ ZOO = {
         job="configs/cartpole_ppo.toml",
         # ours runs the same hyperparameters and, like SB3, synchronous on-policy PPO
         # (samplers wait for each new policy), so the systems are compared, not the tuning
-        ours=['sampling.mode="sync"', "algorithm.params.gamma=0.98", "algorithm.params.gae_lambda=0.8",
-              "algorithm.params.ent_coef=0.0", "algorithm.params.n_epochs=20",
+        ours=['sampling.mode="sync"', "algorithm.params.gamma=0.98",
+              "algorithm.params.gae_lambda=0.8", "algorithm.params.ent_coef=0.0",
+              "algorithm.params.n_epochs=20",
               "algorithm.params.batch_size=256", "algorithm.params.minibatch_size=256",
               "algorithm.params.learning_rate=0.001", 'algorithm.params.lr_schedule="linear"',
               "algorithm.params.clip_range=0.2", 'algorithm.params.clip_schedule="linear"']),

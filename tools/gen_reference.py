@@ -3,7 +3,8 @@
 Markdown, from the dataclasses in verl_zmq/config.py. The README's reference is
 this output; tests/test_docs.py checks that it names every key.
 
-    python tools/gen_reference.py > /tmp/ref.md
+    python tools/gen_reference.py                   # print it
+    python tools/gen_reference.py --write README.md  # replace it between the markers
 """
 
 from __future__ import annotations
@@ -66,7 +67,32 @@ def table(cls, prefix: str) -> list[str]:
     return rows
 
 
+def render() -> str:
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        _print()
+    return buf.getvalue()
+
+
 def main() -> None:
+    import sys
+    from pathlib import Path
+
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        path = Path(sys.argv[2])
+        text = path.read_text()
+        start = text.index("<!-- reference:start")
+        start = text.index("\n", start) + 1
+        end = text.index("<!-- reference:end -->")
+        path.write_text(text[:start] + render() + text[end:])
+        return
+    print(render(), end="")
+
+
+def _print() -> None:
     head = ["| key | type | default | unit | notes |", "| --- | --- | --- | --- | --- |"]
     sections = [(f.name, typing.get_type_hints(C.Job)[f.name]) for f in dataclasses.fields(C.Job)]
     for name, cls in sections:

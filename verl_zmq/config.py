@@ -251,6 +251,7 @@ class Launch:
     heartbeat_interval_s: float = 1.0
     heartbeat_liveness: int = 3  # missed heartbeats before a member counts as dead
     max_restarts: int = 3  # per role process, with exponential backoff
+    max_restarts_per_role: dict = field(default_factory=dict)  # e.g. {sampler = 10}
     restart_backoff_s: float = 1.0  # first restart delay; doubles each time
     grace_s: float = 10.0  # between SIGTERM and SIGKILL when stopping
     python: str = ""  # interpreter on remote hosts (default python3)
@@ -512,6 +513,13 @@ def _check_semantics(job: Job, source: str) -> None:
             f"{source}: launch.registry_port: expected a port inside launch.port_range "
             f"{lr.port_range}, got {lr.registry_port}"
         )
+    for role, n in lr.max_restarts_per_role.items():
+        if role not in ("registry", "replay", "learner", "evaluator", "sampler", "peer"):
+            raise ConfigError(f"{source}: launch.max_restarts_per_role.{role}: not a role "
+                              f"(registry, replay, learner, evaluator, sampler, peer)")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ConfigError(f"{source}: launch.max_restarts_per_role.{role}: expected a "
+                              f"non-negative integer, got {n!r}")
     if job.security.curve not in (True, False, "auto"):
         raise ConfigError(
             f"{source}: security.curve: expected true, false or \"auto\", "

@@ -54,11 +54,14 @@ class SumTree:
         s = np.asarray(prefix, np.float64).copy()
         node = np.zeros(s.shape, np.int64)
         rows = np.arange(s.size)
-        for level in reversed(self.levels[:-1]):
+        for i in range(len(self.levels) - 2, -1, -1):
+            level = self.levels[i]
             block = level[(node * self.fanout)[:, None] + self._block]
             cum = block @ self._upper
             child = np.minimum(np.count_nonzero(cum <= s[:, None], axis=1), self.fanout - 1)
             s -= cum[rows, child] - block[rows, child]
             node = node * self.fanout + child
+            if i > 0:  # rounding past the last real node: stay on one that has children
+                node = np.minimum(node, len(self.levels[i - 1]) // self.fanout - 1)
         # float rounding can land on an empty leaf past the end: clamp to a real one
         return np.minimum(node, self.capacity - 1)

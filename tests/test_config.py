@@ -71,6 +71,7 @@ BAD_ENVS = {
     "unsupported_space.toml": "observation space Dict",
     "too_much_memory.toml": "GiB",
     "bad_entry_point.toml": "cannot import",
+    "dqn_on_continuous.toml": "dqn needs Discrete actions",
 }
 
 

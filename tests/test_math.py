@@ -130,3 +130,52 @@ def test_normaliser_stats_travel_as_arrays():
     assert other.load_arrays(r.to_arrays())
     np.testing.assert_allclose(other.mean, [2.0, 4.0])
     assert not other.load_arrays({"obs_rms/mean": np.zeros(3)})
+
+
+def test_double_dqn_target_by_hand():
+    from verl_zmq.algos.dqn import double_dqn_target
+
+    q_online = torch.tensor([[1.0, 3.0], [5.0, 2.0]])   # argmax: action 1, action 0
+    q_target = torch.tensor([[10.0, 20.0], [30.0, 40.0]])
+    y = double_dqn_target(q_online, q_target, torch.tensor([1.0, 2.0]),
+                          torch.tensor([0.9, 0.0]))
+    # the online net picks the action, the target net values it; discount 0 = terminated
+    assert y.tolist() == pytest.approx([1.0 + 0.9 * 20.0, 2.0])
+
+
+def test_dqn_learns_a_one_step_target_and_reports_priorities():
+    from verl_zmq.algos.dqn import DQN
+    from verl_zmq.config import load_job
+    from verl_zmq.envs import EnvSpec
+
+    job = load_job("configs/cartpole_dqn.toml", ["algorithm.params.learning_rate=0.01",
+                                                  "algorithm.policy.dueling=false"])
+    algo = DQN(job, EnvSpec((4,), True, 2, ()))
+    rng = np.random.default_rng(0)
+    batch = {"obs": rng.standard_normal((64, 4)).astype(np.float32),
+             "action": rng.integers(0, 2, 64), "reward": np.ones(64, np.float32),
+             "next_obs": np.zeros((64, 4), np.float32), "discount": np.zeros(64, np.float32),
+             "weight": np.ones(64, np.float32)}
+    first = algo.learn(batch)["losses/td_loss"]
+    for _ in range(200):
+        last = algo.learn(batch)
+    assert last["losses/td_loss"] < 0.1 * first
+    assert algo.priorities.shape == (64,) and (algo.priorities >= 0).all()
+
+
+def test_apex_epsilons():
+    from verl_zmq.algos.dqn import DQN
+    from verl_zmq.config import load_job
+    from verl_zmq.envs import EnvSpec
+
+    job = load_job("configs/cartpole_dqn.toml", ['algorithm.params.exploration="apex"'])
+    algo = DQN(job, EnvSpec((4,), True, 2, ()))
+    algo.num_workers = 8
+    eps = []
+    for i in range(8):
+        algo.worker_index = i
+        eps.append(algo.epsilon())
+    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4 ** 8)
+    assert eps == sorted(eps, reverse=True)
+    algo.num_workers = 1
+    assert algo.epsilon() == pytest.approx(0.4)

@@ -81,3 +81,84 @@ def test_ring_storage_wraps_and_counts_generations():
     assert st_.get(np.array([0]))["x"][0] == 4.0
     with pytest.raises(ValueError):
         st_.add({"x": np.zeros(1, np.float32)})
+
+
+def _frag(rew, term, trunc, valid, T=None):
+    rew = np.array(rew, np.float32)[:, None]
+    T = len(rew)
+    return {"obs": np.arange(T, dtype=np.float32)[:, None, None],
+            "action": np.zeros((T, 1), np.int64), "reward": rew,
+            "terminated": np.array(term, bool)[:, None],
+            "truncated": np.array(trunc, bool)[:, None],
+            "valid": np.array(valid, bool)[:, None],
+            "bootstrap_obs": np.array([[float(T)]], np.float32)}
+
+
+def test_n_step_returns_across_terminations_and_truncations():
+    from verl_zmq.replay.transitions import unroll
+
+    g = 0.5
+    # steps: 0 1 2 (terminates) | 3 reset step | 4 5 (truncates) | 6 reset | 7 (fragment end)
+    f = _frag(rew=[1, 2, 4, 0, 8, 16, 0, 32],
+              term=[0, 0, 1, 0, 0, 0, 0, 0], trunc=[0, 0, 0, 0, 0, 1, 0, 0],
+              valid=[1, 1, 1, 0, 1, 1, 0, 1])
+    tr = unroll(f, g, 3)
+    assert tr["obs"][:, 0].tolist() == [0, 1, 2, 4, 5, 7]
+    # t0: 1 + .5*2 + .25*4, terminated inside: no bootstrap
+    assert tr["reward"].tolist() == [3.0, 4.0, 4.0, 16.0, 16.0, 32.0]
+    assert tr["discount"].tolist() == [0.0, 0.0, 0.0, 0.25, 0.5, 0.5]
+    # truncated at 5: bootstrap from its final obs, recorded as the obs of step 6
+    assert tr["next_obs"][:, 0].tolist() == [3.0, 3.0, 3.0, 6.0, 6.0, 8.0]
+    one = unroll(f, g, 1)
+    assert one["reward"].tolist() == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    assert one["discount"].tolist() == [0.5, 0.5, 0.0, 0.5, 0.5, 0.5]
+
+
+def test_limiter_blocks_and_releases_as_specified():
+    from verl_zmq.replay.limiter import RateLimiter
+
+    lim = RateLimiter(samples_per_insert=2.0, min_size_to_sample=10, error_buffer=20.0)
+    assert not lim.can_sample(1)          # below the minimum size
+    lim.insert(10)
+    assert lim.can_sample(40)             # 40 <= 2 * 10 + 20
+    assert not lim.can_sample(41)
+    lim.sample(40)
+    assert not lim.can_sample(1)          # the learner is ahead: wait for inserts
+    assert lim.can_insert(10)             # 40 >= 2 * 20 - 20
+    lim.insert(10)
+    assert lim.can_sample(20) and not lim.can_sample(21)
+    assert not lim.can_insert(21)         # 40 < 2 * 41 - 20: the learner is behind
+    lim.sample(20)
+    assert lim.can_insert(10)
+
+
+def test_limiter_refuses_a_deadlocking_configuration():
+    from verl_zmq.replay.limiter import LimiterError, RateLimiter
+
+    with pytest.raises(LimiterError, match="error_buffer"):
+        RateLimiter(samples_per_insert=8.0, min_size_to_sample=100, error_buffer=4.0)
+    RateLimiter(samples_per_insert=0.0, min_size_to_sample=1, error_buffer=0.0)
+
+
+def test_priority_update_for_overwritten_slots_changes_nothing():
+    from verl_zmq.config import load_job
+    from verl_zmq.replay.offpolicy import OffPolicyStore
+
+    job = load_job("configs/cartpole_dqn.toml", [
+        "replay.capacity=256", "replay.min_size_to_sample=1", "replay.samples_per_insert=0",
+        "sampling.fragment_length=32", "sampling.num_envs_per_worker=2"])
+    store = OffPolicyStore(job)
+    tr = {"obs": np.zeros((200, 4), np.float32), "action": np.zeros(200, np.int64),
+          "reward": np.ones(200, np.float32), "next_obs": np.zeros((200, 4), np.float32),
+          "discount": np.ones(200, np.float32)}
+    store.insert(dict(tr), 200)
+    batch = store.sample(16)
+    store.insert(dict(tr), 200)  # wraps: overwrites slots 200..255 and 0..143
+    before = store.sampler.tree.get(batch["index"]).copy()
+    applied = store.update_priorities(batch["index"], batch["generation"], np.full(16, 50.0))
+    after = store.sampler.tree.get(batch["index"])
+    overwritten = (batch["index"] < 144) | (batch["index"] >= 200)
+    assert applied == int((~overwritten).sum())
+    np.testing.assert_array_equal(after[overwritten], before[overwritten])
+    assert (after[~overwritten] > before[~overwritten]).all()
+    assert store.stale_updates == int(overwritten.sum())

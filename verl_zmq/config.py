@@ -542,6 +542,12 @@ def _check_semantics(job: Job, source: str) -> None:
             f"fragment of sampling.fragment_length x sampling.num_envs_per_worker = "
             f"{job.fragment_steps}; raise replay.capacity"
         )
+    R = job.replay
+    if R.samples_per_insert > 0 and R.error_buffer < max(1.0, R.samples_per_insert):
+        raise ConfigError(
+            f"{source}: replay.error_buffer: {R.error_buffer} would let the replay-ratio "
+            f"limiter block sampling and inserting at once; use at least "
+            f"max(1, replay.samples_per_insert) = {max(1.0, R.samples_per_insert)}")
     p = job.algorithm.params
     if on_policy and p.minibatch_size > p.batch_size:
         raise ConfigError(

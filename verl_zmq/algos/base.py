@@ -33,6 +33,11 @@ class Algorithm(ABC):
         self.device = torch.device(device)
         self.updates = 0
         self.progress = 0.0  # env steps / total_timesteps, set by the learner
+        # set by samplers: exploration schedules (Ape-X epsilons, annealing) read them
+        self.worker_index, self.num_workers = 0, 1
+        self.sampler_env_steps = 0
+        # off-policy: |TD error| of the last learned batch, for priority updates
+        self.priorities: np.ndarray | None = None
 
     @abstractmethod
     def act(self, obs: np.ndarray, deterministic: bool = False

@@ -88,6 +88,8 @@ class LearnerRole(Role):
         self.endpoints = {"params": pub_ep}
         self.dealers: dict[str, tuple[str, zmq.asyncio.Socket]] = {}
         self.readers: dict[str, asyncio.Task] = {}
+        self.batches: asyncio.Queue = asyncio.Queue()  # off-policy: sampled batches
+        self.shard_steps: dict[object, int] = {}
         self.reader_error: Exception | None = None
         self.shards_changed = asyncio.Event()
         self.data_ready = asyncio.Event()
@@ -164,7 +166,9 @@ class LearnerRole(Role):
                     self.dealers[mid] = (ep, sock)
                     self.readers[mid] = asyncio.create_task(self._read_shard(sock))
                     per_batch = -(-p.batch_size // self.job.fragment_steps)
-                    credit = self.job.training.prefetch + per_batch
+                    # on-policy: credits count fragments; off-policy: sampled batches
+                    credit = self.job.training.prefetch + (per_batch if self.algo.on_policy
+                                                           else 0)
                     await send(sock, wire.SampleRequest(credit=credit, batch_size=p.batch_size),
                                self.id)
                     self.log.info("shard_connected", member=mid, endpoint=ep)
@@ -203,6 +207,12 @@ class LearnerRole(Role):
         try:
             while True:
                 _, msg = await recv(sock, self.wire_stats, expect=(wire.Batch,))
+                if not self.algo.on_policy:
+                    if msg is not None:
+                        await self.batches.put((sock, msg))
+                    else:
+                        await send(sock, wire.SampleRequest(credit=1), self.id)
+                    continue
                 kept = msg is not None and not self.finished and self._take(msg, sock)
                 if not kept:  # consumed already: ask for another
                     await send(sock, wire.SampleRequest(credit=1), self.id)
@@ -260,6 +270,56 @@ class LearnerRole(Role):
                 await asyncio.to_thread(self._checkpoint)
         await self._finish()
 
+    def _offpolicy_problem(self, a) -> str:
+        try:
+            n = a["reward"].shape[0]
+            want = {"obs": (n, *self.spec.obs_shape), "next_obs": (n, *self.spec.obs_shape),
+                    "reward": (n,), "discount": (n,), "weight": (n,), "index": (n,),
+                    "generation": (n,), "env_steps": (1,),
+                    "action": (n,) if self.spec.discrete else (n, self.spec.n_actions)}
+        except (KeyError, IndexError) as e:
+            return f"missing or misshapen reward: {e}"
+        for k, shape in want.items():
+            if k not in a or tuple(a[k].shape) != shape:
+                return f"{k}: expected shape {shape}"
+        for k in ("obs", "next_obs", "reward", "discount", "weight"):
+            if a[k].dtype.kind != "f" or not np.isfinite(a[k]).all():
+                return f"{k} is not finite floats"
+        return ""
+
+    async def _train_offpolicy(self) -> None:
+        """One sampled batch, one update; priorities go back to the shard it came from."""
+        total = self.job.training.total_timesteps
+        await self.publish()
+        while self.env_steps < total:
+            sock, msg = await self.batches.get()
+            live = {s for _, s in self.dealers.values()}
+            a = msg.arrays
+            why = self._offpolicy_problem(a)
+            if why:
+                self.rejected += 1
+                self.wire_stats.reject(msg.src, wire.WireError(f"bad batch: {why}"))
+            else:
+                self.shard_steps[sock] = int(a["env_steps"][0])
+                self.env_steps = sum(self.shard_steps.values())
+                self.algo.progress = min(1.0, self.env_steps / total)
+                t0 = time.monotonic()
+                self.last_metrics = await asyncio.to_thread(self.algo.learn, a)
+                self.learn_s += time.monotonic() - t0
+                self.version += 1
+                if self.algo.priorities is not None and sock in live:
+                    await send(sock, wire.PriorityUpdate(arrays={
+                        "index": np.asarray(a["index"]), "generation": np.asarray(a["generation"]),
+                        "priority": self.algo.priorities.astype(np.float64)}), self.id)
+                if self.version % self.job.training.sync_interval_updates == 0:
+                    await self.publish()
+                if self.env_steps >= self.next_ckpt:
+                    self.next_ckpt += self.job.checkpoint.interval_steps
+                    await asyncio.to_thread(self._checkpoint)
+            if sock in live:
+                await send(sock, wire.SampleRequest(credit=1), self.id)
+        await self._finish()
+
     async def _next_batch(self) -> list[dict]:
         """Oldest-first fragments for one update; too stale ones are dropped. Every
         fragment taken out of `pending` returns one credit to its shard, so the
@@ -311,7 +371,8 @@ class LearnerRole(Role):
             tg.create_task(self._shards_loop())
             tg.create_task(self._watch_readers())
             tg.create_task(self._republish_loop())
-            tg.create_task(self._train_loop())
+            tg.create_task(self._train_loop() if self.algo.on_policy
+                           else self._train_offpolicy())
 
     def status(self) -> dict[str, float]:
         return {"env_steps": self.env_steps, "version": self.version}

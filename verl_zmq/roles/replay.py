@@ -65,9 +65,16 @@ def fragment_ok(f: wire.Fragment) -> str:
 
 
 class ReplayRole(Role):
-    """One shard of the job's replay: FIFO here; off-policy modes build on it."""
+    """One shard of the job's replay: FIFO (on-policy) or uniform/prioritized."""
 
     name = "replay"
+
+    def __new__(cls, ctx):
+        if cls is ReplayRole and ctx.job.replay.mode != "fifo":
+            from .replay_offpolicy import OffPolicyReplayRole
+
+            return super().__new__(OffPolicyReplayRole)
+        return super().__new__(cls)
 
     async def setup(self) -> None:
         t = self.ctx.transport

@@ -144,6 +144,8 @@ class SamplerRole(Role):
         torch.manual_seed(self.job.experiment.seed)  # same initial weights as the learner
         spec = env_spec(self.job.environment)
         self.algo = make_algorithm(self.job, spec)
+        self.algo.worker_index = self.ctx.index
+        self.algo.num_workers = self.job.sampling.num_workers
         venv, seeds = make_vector_env(self.job.environment, self.job.sampling.num_envs_per_worker,
                                       self.job.experiment.seed, self.ctx.index + 1)
         self.collector = Collector(self.job, self.algo, venv, seeds)
@@ -208,7 +210,9 @@ class SamplerRole(Role):
                 t0 = time.monotonic()
                 await self._wait_for_params(timeout)
                 self.param_wait_s += time.monotonic() - t0
-            arrays, version = await asyncio.to_thread(self.collector.collect)
+            c = self.collector
+            self.algo.sampler_env_steps = c.steps * c.E * self.job.sampling.num_workers
+            arrays, version = await asyncio.to_thread(c.collect)
             if self.collector.version != last_version:
                 shipped, last_version = 0, self.collector.version
             self.returns.extend(arrays["ep_return"].tolist())

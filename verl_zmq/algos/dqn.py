@@ -1,0 +1,133 @@
+"""DQN (Mnih et al. 2015) with double-DQN targets (van Hasselt et al. 2016), an
+optional dueling head (Wang et al. 2016), n-step returns (computed by the replay
+shard), Huber loss weighted by prioritised-replay importance weights, and a
+target network updated by period (tau = 1) or Polyak averaging (tau < 1).
+
+Samplers explore epsilon-greedily: one epsilon annealed linearly over env steps,
+or Ape-X's per-sampler constants eps_i = eps^(1 + alpha * i / (N - 1)).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..nets import mlp, obs_dim
+from .base import Algorithm
+
+
+class QNet(nn.Module):
+    """Q-values for every action; dueling: V(s) + A(s, a) - mean_a A(s, a)."""
+
+    def __init__(self, spec, policy):
+        super().__init__()
+        self.dueling = policy.dueling
+        n = obs_dim(spec)
+        if self.dueling:
+            self.trunk = mlp(n, policy.hidden_sizes[:-1], policy.hidden_sizes[-1],
+                             policy.activation)
+            self.act = nn.ReLU() if policy.activation == "relu" else nn.Tanh()
+            self.value = nn.Linear(policy.hidden_sizes[-1], 1)
+            self.adv = nn.Linear(policy.hidden_sizes[-1], spec.n_actions)
+        else:
+            self.q = mlp(n, policy.hidden_sizes, spec.n_actions, policy.activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.flatten(1)
+        if not self.dueling:
+            return self.q(x)
+        h = self.act(self.trunk(x))
+        a = self.adv(h)
+        return self.value(h) + a - a.mean(-1, keepdim=True)
+
+
+def double_dqn_target(q_next_online: torch.Tensor, q_next_target: torch.Tensor,
+                      reward: torch.Tensor, discount: torch.Tensor) -> torch.Tensor:
+    """r + discount * Q_target(s', argmax_a Q_online(s', a)); discount holds gamma^n or 0."""
+    best = q_next_online.argmax(-1, keepdim=True)
+    return reward + discount * q_next_target.gather(-1, best).squeeze(-1)
+
+
+class DQN(Algorithm):
+    """Double DQN with optional dueling head, for Discrete actions."""
+
+    name = "dqn"
+    on_policy = False
+    extras = ()
+
+    def __init__(self, job, spec, device: str = "cpu"):
+        super().__init__(job, spec, device)
+        if not spec.discrete:
+            raise ValueError(f"algorithm.name: dqn needs Discrete actions; {job.environment.id} "
+                             f"has continuous (Box) actions: use sac or ppo")
+        if not job.algorithm.policy.hidden_sizes:
+            raise ValueError("algorithm.policy.hidden_sizes: needs at least one layer")
+        self.q = QNet(spec, job.algorithm.policy).to(self.device)
+        self.target = copy.deepcopy(self.q).requires_grad_(False)
+        self.opt = torch.optim.Adam(self.q.parameters(), lr=self.params.learning_rate)
+        self.rng = np.random.default_rng(job.experiment.seed)
+        self.priorities: np.ndarray | None = None
+
+    def policy_module(self) -> torch.nn.Module:
+        return self.q
+
+    def epsilon(self) -> float:
+        p = self.params
+        if p.exploration == "apex":
+            i, n = self.worker_index, self.num_workers
+            return p.apex_eps ** (1 + p.apex_alpha * i / (n - 1)) if n > 1 else p.apex_eps
+        frac = min(1.0, self.sampler_env_steps / max(1, p.eps_decay_steps))
+        return p.eps_start + frac * (p.eps_end - p.eps_start)
+
+    def act(self, obs, deterministic=False):
+        with torch.no_grad():
+            q = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
+        a = q.argmax(-1).cpu().numpy()
+        if not deterministic:
+            explore = self.rng.random(len(a)) < self.epsilon()
+            a = np.where(explore, self.rng.integers(0, self.spec.n_actions, len(a)), a)
+        return a.astype(np.int64), {}
+
+    def learn(self, batch):
+        p = self.params
+        t = {k: torch.as_tensor(np.asarray(batch[k]), device=self.device)
+             for k in ("obs", "action", "reward", "next_obs", "discount", "weight")}
+        with torch.no_grad():
+            target = double_dqn_target(self.q(t["next_obs"].float()),
+                                       self.target(t["next_obs"].float()),
+                                       t["reward"].float(), t["discount"].float())
+        q = self.q(t["obs"].float()).gather(-1, t["action"].long()[:, None]).squeeze(-1)
+        td = q - target
+        loss = (t["weight"].float() * F.smooth_l1_loss(q, target, reduction="none")).mean()
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(self.q.parameters(), p.max_grad_norm)
+        self.opt.step()
+        self.updates += 1
+        if p.tau < 1.0:
+            with torch.no_grad():
+                for tp, sp in zip(self.target.parameters(), self.q.parameters()):
+                    tp.lerp_(sp, p.tau)
+        elif self.updates % p.target_update_interval == 0:
+            self.target.load_state_dict(self.q.state_dict())
+        self.priorities = td.detach().abs().cpu().numpy()
+        return {"losses/td_loss": float(loss.detach()), "losses/q_mean": float(q.mean().detach()),
+                "losses/td_abs_mean": float(self.priorities.mean()),
+                "losses/grad_norm": float(gn)}
+
+    def state_dict(self) -> dict:
+        return {"updates": self.updates, "q": self.q.state_dict(),
+                "target": self.target.state_dict(), "opt": self.opt.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.updates = int(state.get("updates", 0))
+        self.q.load_state_dict(state["q"])
+        self.target.load_state_dict(state["target"])
+        self.opt.load_state_dict(state["opt"])
+
+
+ALGORITHM = DQN

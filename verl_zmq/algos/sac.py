@@ -1,0 +1,159 @@
+"""SAC (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"):
+twin Q networks with Polyak-averaged targets, a tanh-squashed Gaussian policy,
+and automatic entropy tuning towards `target_entropy` (default -dim(action)).
+Actions live in [-1, 1] inside the algorithm and are rescaled to the env's Box.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..nets import mlp, obs_dim
+from .base import Algorithm
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class SquashedGaussian(nn.Module):
+    """pi(a|s): tanh(N(mu(s), sigma(s))) with the log-probability of the squashed sample."""
+
+    def __init__(self, spec, policy):
+        super().__init__()
+        self.net = mlp(obs_dim(spec), policy.hidden_sizes, 2 * spec.n_actions, "relu")
+
+    def forward(self, obs: torch.Tensor, deterministic: bool = False):
+        mu, log_std = self.net(obs.flatten(1)).chunk(2, -1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        u = mu if deterministic else mu + log_std.exp() * torch.randn_like(mu)
+        a = torch.tanh(u)
+        # log N(u) - sum log(1 - tanh(u)^2), the latter in a stable form
+        logp = (-0.5 * ((u - mu) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
+                ).sum(-1)
+        logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
+        return a, logp
+
+
+class TwinQ(nn.Module):
+    """Two independent Q(s, a) networks."""
+
+    def __init__(self, spec, policy):
+        super().__init__()
+        n = obs_dim(spec) + spec.n_actions
+        self.q1 = mlp(n, policy.hidden_sizes, 1, "relu")
+        self.q2 = mlp(n, policy.hidden_sizes, 1, "relu")
+
+    def forward(self, obs, act):
+        x = torch.cat([obs.flatten(1), act], -1)
+        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
+
+
+def sac_target(q1_next: torch.Tensor, q2_next: torch.Tensor, logp_next: torch.Tensor,
+               alpha: float, reward: torch.Tensor, discount: torch.Tensor) -> torch.Tensor:
+    """r + discount * (min(Q1', Q2') - alpha * log pi(a'|s')); discount holds gamma^n or 0."""
+    return reward + discount * (torch.min(q1_next, q2_next) - alpha * logp_next)
+
+
+class SAC(Algorithm):
+    """Soft actor-critic for 1-d Box actions."""
+
+    name = "sac"
+    on_policy = False
+    extras = ()
+
+    def __init__(self, job, spec, device: str = "cpu"):
+        super().__init__(job, spec, device)
+        if spec.discrete:
+            raise ValueError(f"algorithm.name: sac needs continuous (Box) actions; "
+                             f"{job.environment.id} has Discrete actions: use dqn or ppo")
+        pol = job.algorithm.policy
+        if pol.dueling:
+            raise ValueError("algorithm.policy.dueling: a dueling head is for dqn")
+        if not pol.hidden_sizes:
+            raise ValueError("algorithm.policy.hidden_sizes: needs at least one layer")
+        p = self.params
+        self.actor = SquashedGaussian(spec, pol).to(self.device)
+        self.critic = TwinQ(spec, pol).to(self.device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.pi_opt = torch.optim.Adam(self.actor.parameters(), lr=p.learning_rate)
+        self.q_opt = torch.optim.Adam(self.critic.parameters(), lr=p.learning_rate)
+        self.log_alpha = torch.tensor(math.log(p.init_alpha), device=self.device,
+                                      requires_grad=True)
+        self.a_opt = torch.optim.Adam([self.log_alpha], lr=p.learning_rate)
+        self.target_entropy = p.target_entropy or -float(spec.n_actions)
+        self.low = np.array(spec.action_low, np.float32)
+        self.high = np.array(spec.action_high, np.float32)
+        self.rng = np.random.default_rng(job.experiment.seed)
+
+    def policy_module(self) -> torch.nn.Module:
+        return self.actor
+
+    def act(self, obs, deterministic=False):
+        if not deterministic and self.sampler_env_steps < self.params.learning_starts:
+            a = self.rng.uniform(-1, 1, (len(obs), self.spec.n_actions)).astype(np.float32)
+            return a, {}
+        with torch.no_grad():
+            a, _ = self.actor(torch.as_tensor(obs, dtype=torch.float32, device=self.device),
+                              deterministic)
+        return a.cpu().numpy().astype(np.float32), {}
+
+    def env_action(self, action: np.ndarray) -> np.ndarray:
+        return self.low + (np.clip(action, -1, 1) + 1.0) * 0.5 * (self.high - self.low)
+
+    def learn(self, batch):
+        p = self.params
+        t = {k: torch.as_tensor(np.asarray(batch[k]), device=self.device).float()
+             for k in ("obs", "action", "reward", "next_obs", "discount", "weight")}
+        alpha = float(self.log_alpha.exp())
+        with torch.no_grad():
+            a2, logp2 = self.actor(t["next_obs"])
+            q1n, q2n = self.critic_target(t["next_obs"], a2)
+            y = sac_target(q1n, q2n, logp2, alpha, t["reward"], t["discount"])
+        q1, q2 = self.critic(t["obs"], t["action"])
+        w = t["weight"]
+        q_loss = 0.5 * (w * ((q1 - y) ** 2 + (q2 - y) ** 2)).mean()
+        self.q_opt.zero_grad(set_to_none=True)
+        q_loss.backward()
+        self.q_opt.step()
+        a, logp = self.actor(t["obs"])
+        q1p, q2p = self.critic(t["obs"], a)
+        pi_loss = (alpha * logp - torch.min(q1p, q2p)).mean()
+        self.pi_opt.zero_grad(set_to_none=True)
+        pi_loss.backward()
+        self.pi_opt.step()
+        a_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        self.a_opt.zero_grad(set_to_none=True)
+        a_loss.backward()
+        self.a_opt.step()
+        with torch.no_grad():
+            for tp, sp in zip(self.critic_target.parameters(), self.critic.parameters()):
+                tp.lerp_(sp, p.tau)
+        self.updates += 1
+        self.priorities = (0.5 * ((q1 - y).abs() + (q2 - y).abs())).detach().cpu().numpy()
+        return {"losses/q_loss": float(q_loss.detach()), "losses/pi_loss": float(pi_loss.detach()),
+                "losses/alpha": alpha, "losses/entropy": float(-logp.detach().mean())}
+
+    def state_dict(self) -> dict:
+        return {"updates": self.updates, "actor": self.actor.state_dict(),
+                "critic": self.critic.state_dict(),
+                "critic_target": self.critic_target.state_dict(),
+                "log_alpha": self.log_alpha.detach().clone(), "pi_opt": self.pi_opt.state_dict(),
+                "q_opt": self.q_opt.state_dict(), "a_opt": self.a_opt.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.updates = int(state.get("updates", 0))
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        for k in ("pi_opt", "q_opt", "a_opt"):
+            getattr(self, k).load_state_dict(state[k])
+
+
+ALGORITHM = SAC

@@ -20,13 +20,14 @@ PY = sys.executable
 
 
 def free_port_range(width: int = 60) -> tuple[int, int]:
-    """A block of ports, starting at a port the OS just handed out as free."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            lo = s.getsockname()[1]
-        lo = max(20000, min(lo, 60000 - width))
-        if _all_free(lo, lo + 5):
+    """A block of ports below Linux's ephemeral range (32768+), so that outgoing
+    connections of other processes never take the job's registry port."""
+    import random
+
+    rng = random.Random()
+    for _ in range(200):
+        lo = rng.randrange(20000, 32000 - width)
+        if _all_free(lo, lo + 8):
             return lo, lo + width
     raise RuntimeError("no free port range")
 

@@ -19,15 +19,15 @@ from verl_zmq.versions import local_versions
 async def _try_register(endpoint: str, server_public: str, client: tuple[str, str] | None,
                         timeout: float) -> wire.Message | None:
     ctx = zmq.asyncio.Context()
-    s = ctx.socket(zmq.DEALER)
-    s.linger = 0
-    if client is not None:
-        s.curve_serverkey = server_public.encode()
-        s.curve_publickey, s.curve_secretkey = (k.encode() for k in client)
-    s.connect(endpoint)
-    member = wire.Member(id="intruder", role="replay", versions=local_versions())
-    await s.send_multipart(wire.encode(wire.Register(src="intruder", member=member)))
     try:
+        s = ctx.socket(zmq.DEALER)
+        s.linger = 0
+        if client is not None:
+            s.curve_serverkey = server_public.encode()
+            s.curve_publickey, s.curve_secretkey = (k.encode() for k in client)
+        s.connect(endpoint)
+        member = wire.Member(id="intruder", role="replay", versions=local_versions())
+        await s.send_multipart(wire.encode(wire.Register(src="intruder", member=member)))
         if await s.poll(timeout * 1000):
             return wire.decode(await s.recv_multipart())
         return None

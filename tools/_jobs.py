@@ -16,10 +16,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_ports(width: int = 60) -> tuple[int, int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        lo = max(20000, min(s.getsockname()[1], 60000 - width))
-    return lo, lo + width
+    """A free block below Linux's ephemeral range, so no outgoing connection takes it."""
+    import random
+
+    for _ in range(200):
+        lo = random.randrange(20000, 32000 - width)
+        ok = True
+        for p in range(lo, lo + 8):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return lo, lo + width
+    raise RuntimeError("no free port range")
 
 
 def events(path: Path) -> list[dict]:

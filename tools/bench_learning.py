@@ -10,7 +10,7 @@ process wall seconds, env steps to the target; then the ratios ours/SB3. Ours
 runs the job file with the zoo's hyperparameters set over it (gamma, GAE
 lambda, entropy, epochs, batch, schedules), so the systems are compared.
 
-    python tools/bench_learning.py ppo-cartpole [--seeds 0] [--target 475]
+    python tools/bench_learning.py {ppo-cartpole,sac-pendulum,dqn-cartpole} [--seeds 0]
 """
 
 from __future__ import annotations
@@ -40,6 +40,16 @@ ZOO = {
               "algorithm.params.batch_size=256", "algorithm.params.minibatch_size=256",
               "algorithm.params.learning_rate=0.001", 'algorithm.params.lr_schedule="linear"',
               "algorithm.params.clip_range=0.2", 'algorithm.params.clip_schedule="linear"']),
+    "sac-pendulum": dict(
+        algo="SAC", env="Pendulum-v1", n_envs=1, budget=20_000, interval=2_000,
+        kwargs=dict(learning_rate=1e-3), job="configs/pendulum_sac.toml", target=-200.0),
+    "dqn-cartpole": dict(
+        algo="DQN", env="CartPole-v1", n_envs=1, budget=50_000, interval=2_500,
+        kwargs=dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
+                    learning_starts=1000, gamma=0.99, target_update_interval=10,
+                    train_freq=256, gradient_steps=128, exploration_fraction=0.16,
+                    exploration_final_eps=0.04, policy_kwargs=dict(net_arch=[256, 256])),
+        job="configs/cartpole_dqn.toml", target=475.0),
 }
 
 SB3_SCRIPT = r"""
@@ -112,9 +122,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("bench", choices=sorted(ZOO))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--target", type=float, default=475.0)
+    ap.add_argument("--target", type=float, default=None,
+                    help="return to reach (default: 475 for CartPole, -200 for Pendulum)")
     args = ap.parse_args()
     cfg = ZOO[args.bench]
+    args.target = args.target if args.target is not None else cfg.get("target", 475.0)
     print(f"{'who':<6}{'seed':>5}{'s to target':>13}{'process s':>11}{'steps':>10}{'best':>8}")
     for seed in args.seeds:
         sb3 = run_sb3(cfg, seed, args.target)

@@ -41,7 +41,9 @@ def main() -> None:
         summary = json.loads(sfile.read_text()) if sfile.exists() else {}
         hit = f"{steps:,}" if steps is not None else "> budget"
         secs = f"{ts - t0:.1f}" if ts is not None and t0 is not None else "> budget"
-        print(f"{seed:>4}{hit:>17}{secs:>18}{wall:>14.1f}{summary.get('best_eval_return')!s:>11}"
+        best = summary.get("best_eval_return")
+        best = f"{best:.1f}" if isinstance(best, float) else str(best)
+        print(f"{seed:>4}{hit:>17}{secs:>18}{wall:>14.1f}{best:>11}"
               f"{rc:>6}" + (f"  {run}" if args.keep else ""), flush=True)
 
 

@@ -109,7 +109,7 @@ class SAC(Algorithm):
         p = self.params
         t = {k: torch.as_tensor(np.asarray(batch[k]), device=self.device).float()
              for k in ("obs", "action", "reward", "next_obs", "discount", "weight")}
-        alpha = float(self.log_alpha.exp())
+        alpha = float(self.log_alpha.detach().exp())
         with torch.no_grad():
             a2, logp2 = self.actor(t["next_obs"])
             q1n, q2n = self.critic_target(t["next_obs"], a2)

@@ -124,17 +124,27 @@ class ReplayRole(Role):
                 t0 = time.monotonic()
                 await self.space.wait()  # stop reading: samplers block on their PUSH
                 self.blocked_s += time.monotonic() - t0
-            _, msg = await recv(self.pull, self.wire_stats, expect=(wire.Fragment,))
+            msg = await self._next_fragment()
             if msg is None:
-                continue
-            why = fragment_ok(msg)
-            if why:
-                self.rejected += 1
-                self.wire_stats.reject(msg.src, wire.WireError(f"bad fragment: {why}"))
                 continue
             self.store.put(msg, self.drop_oldest)
             self.inserts += 1
             await self._serve()
+
+    async def _next_fragment(self) -> wire.Fragment | None:
+        """One fragment from the PULL socket, or None (counted, logged) when it is bad."""
+        _, msg = await recv(self.pull, self.wire_stats, expect=(wire.Fragment,))
+        if msg is None:
+            return None
+        why = fragment_ok(msg)
+        if why:
+            self.reject_fragment(msg, why)
+            return None
+        return msg
+
+    def reject_fragment(self, msg: wire.Fragment, why: str) -> None:
+        self.rejected += 1
+        self.wire_stats.reject(msg.src, wire.WireError(f"bad fragment: {why}"))
 
     async def _requests(self) -> None:
         while True:

@@ -18,7 +18,7 @@ import zmq
 from .. import wire
 from ..replay.offpolicy import OffPolicyStore
 from .base import recv, send
-from .replay import ReplayRole, fragment_ok
+from .replay import ReplayRole
 
 
 class OffPolicyReplayRole(ReplayRole):
@@ -51,19 +51,13 @@ class OffPolicyReplayRole(ReplayRole):
 
     async def _ingest(self) -> None:
         while True:
-            _, msg = await recv(self.pull, self.wire_stats, expect=(wire.Fragment,))
+            msg = await self._next_fragment()
             if msg is None:
-                continue
-            why = fragment_ok(msg)
-            if why:
-                self.rejected += 1
-                self.wire_stats.reject(msg.src, wire.WireError(f"bad fragment: {why}"))
                 continue
             try:
                 tr = self.op.transitions(msg.arrays)
             except (KeyError, ValueError, IndexError, TypeError) as e:
-                self.rejected += 1
-                self.wire_stats.reject(msg.src, wire.WireError(f"bad fragment: {e}"))
+                self.reject_fragment(msg, str(e))
                 continue
             n = len(tr["reward"])
             while not self.op.limiter.can_insert(n):  # the learner is behind: wait
@@ -74,8 +68,7 @@ class OffPolicyReplayRole(ReplayRole):
             try:
                 self.op.insert(tr, int(msg.arrays["reward"].size))
             except ValueError as e:  # columns that do not match what is stored
-                self.rejected += 1
-                self.wire_stats.reject(msg.src, wire.WireError(f"bad fragment: {e}"))
+                self.reject_fragment(msg, str(e))
                 continue
             self.inserts += 1
             self.transitions += n

@@ -99,3 +99,9 @@ def test_bad_job_file_is_refused(name):
 def test_bad_env_is_refused_by_check(name):
     path = DATA / "bad_envs" / name
     _assert_clear_refusal(verl("check", str(path), timeout=120), path, BAD_ENVS[name])
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")), ids=lambda p: p.name)
+def test_every_shipped_job_file_loads(path):
+    job = load_job(path)
+    assert loads_job(dumps_job(job), "resolved") == job

@@ -162,3 +162,24 @@ def test_priority_update_for_overwritten_slots_changes_nothing():
     np.testing.assert_array_equal(after[overwritten], before[overwritten])
     assert (after[~overwritten] > before[~overwritten]).all()
     assert store.stale_updates == int(overwritten.sum())
+
+
+def test_actor_side_priorities_are_n_step_td_errors_from_recorded_q_values():
+    from verl_zmq.algos.dqn import DQN
+    from verl_zmq.config import load_job
+    from verl_zmq.envs import EnvSpec
+
+    job = load_job("configs/cartpole_dqn.toml", ["algorithm.params.n_step=2",
+                                                  "algorithm.params.gamma=0.5"])
+    algo = DQN(job, EnvSpec((1,), True, 2, ()))
+    f = _frag(rew=[1, 2, 4], term=[0, 0, 1], trunc=[0, 0, 0], valid=[1, 1, 1])
+    f["q_taken"] = np.array([[3.0], [1.0], [2.0]], np.float32)
+    f["q_max"] = np.array([[5.0], [6.0], [7.0]], np.float32)
+    f["bootstrap_q_taken"] = np.array([0.0], np.float32)
+    f["bootstrap_q_max"] = np.array([9.0], np.float32)
+    p = algo.finish_fragment(f)["priority"][:, 0]
+    # t0: 1 + .5*2 + .25*max Q(s2)=7 -> 3.75 - 3; t1: 2 + .5*4, terminal -> 4 - 1; t2: 4 - 2
+    assert p.tolist() == pytest.approx([0.75, 3.0, 2.0])
+    tr = __import__("verl_zmq.replay.transitions", fromlist=["unroll"]).unroll(f | {
+        "priority": algo.finish_fragment(f)["priority"]}, 0.5, 2)
+    assert tr["priority"].tolist() == pytest.approx([0.75, 3.0, 2.0])

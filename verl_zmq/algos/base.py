@@ -48,6 +48,10 @@ class Algorithm(ABC):
         """What the env receives for a recorded action (e.g. clipped to bounds)."""
         return action
 
+    def finish_fragment(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Samplers: arrays to add to a finished fragment (e.g. initial priorities)."""
+        return {}
+
     @abstractmethod
     def learn(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One update; returns `losses/...` metrics."""

@@ -57,7 +57,7 @@ class DQN(Algorithm):
 
     name = "dqn"
     on_policy = False
-    extras = ()
+    extras = ("q_taken", "q_max")  # Q(s, a) and max_a Q(s, a) at acting time (Ape-X)
 
     def __init__(self, job, spec, device: str = "cpu"):
         super().__init__(job, spec, device)
@@ -86,11 +86,24 @@ class DQN(Algorithm):
     def act(self, obs, deterministic=False):
         with torch.no_grad():
             q = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
-        a = q.argmax(-1).cpu().numpy()
+        qn = q.cpu().numpy()
+        a = qn.argmax(-1)
         if not deterministic:
             explore = self.rng.random(len(a)) < self.epsilon()
             a = np.where(explore, self.rng.integers(0, self.spec.n_actions, len(a)), a)
-        return a.astype(np.int64), {}
+        return a.astype(np.int64), {"q_taken": qn[np.arange(len(a)), a].astype(np.float32),
+                                    "q_max": qn.max(-1).astype(np.float32)}
+
+    def finish_fragment(self, arrays):
+        """Ape-X: each step's initial priority |n-step TD error| from the Q-values
+        recorded while acting, so new transitions need no extra forward pass."""
+        from ..replay.transitions import after, windows
+
+        ti, ei, ki, ret, disc = windows(arrays, self.params.gamma, self.params.n_step)
+        td = ret + disc * after(arrays, "q_max")[ki, ei] - arrays["q_taken"][ti, ei]
+        prio = np.zeros(arrays["reward"].shape, np.float32)
+        prio[ti, ei] = np.abs(td)
+        return {"priority": prio}
 
     def learn(self, batch):
         p = self.params

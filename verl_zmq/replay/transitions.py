@@ -14,13 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 
-def unroll(a: dict[str, np.ndarray], gamma: float, n: int) -> dict[str, np.ndarray]:
-    """Transitions from one fragment's arrays (see module doc); columns with a leading N."""
-    obs, act, rew = a["obs"], a["action"], a["reward"]
+def windows(a: dict[str, np.ndarray], gamma: float, n: int):
+    """For every valid (t, e): the n-step window's last step k, return R and discount.
+    Returns arrays (t, e, k, R, discount), e-major."""
+    rew = a["reward"]
     term, trunc, valid = a["terminated"], a["truncated"], a["valid"]
     T, E = rew.shape
-    # next_obs_all[t] is the observation after step t (t = T-1: bootstrap_obs)
-    next_obs_all = np.concatenate([obs[1:], a["bootstrap_obs"][None]], axis=0)
     out_t, out_e, ret, disc, nxt_t = [], [], [], [], []
     for e in range(E):
         for t in range(T):
@@ -43,8 +42,20 @@ def unroll(a: dict[str, np.ndarray], gamma: float, n: int) -> dict[str, np.ndarr
             disc.append(d)
             nxt_t.append(k)
     ti, ei, ki = (np.array(x, np.int64) for x in (out_t, out_e, nxt_t))
-    out = {"obs": obs[ti, ei], "action": act[ti, ei], "reward": np.array(ret, np.float32),
-           "next_obs": next_obs_all[ki, ei], "discount": np.array(disc, np.float32)}
+    return ti, ei, ki, np.array(ret, np.float32), np.array(disc, np.float32)
+
+
+def after(a: dict[str, np.ndarray], name: str) -> np.ndarray:
+    """Column `name` shifted by one step: [t] holds the value after step t (the last
+    row from `bootstrap_<name>`)."""
+    return np.concatenate([a[name][1:], a[f"bootstrap_{name}"][None]], axis=0)
+
+
+def unroll(a: dict[str, np.ndarray], gamma: float, n: int) -> dict[str, np.ndarray]:
+    """Transitions from one fragment's arrays (see module doc); columns with a leading N."""
+    ti, ei, ki, ret, disc = windows(a, gamma, n)
+    out = {"obs": a["obs"][ti, ei], "action": a["action"][ti, ei], "reward": ret,
+           "next_obs": after(a, "obs")[ki, ei], "discount": disc}
     if "priority" in a:  # actor-side initial priorities (Ape-X), one per step
         out["priority"] = a["priority"][ti, ei].astype(np.float32)
     return out

@@ -131,6 +131,7 @@ class Collector:
             arrays[f"bootstrap_{k}"] = np.asarray(ex[k], np.float32)
         if raw_all is not None:
             arrays.update(moments(raw_all, shape))
+        arrays.update(self.algo.finish_fragment(arrays))
         return arrays, int(min_version)
 
 

@@ -71,3 +71,19 @@ def test_squashed_gaussian_log_prob_matches_change_of_variables():
     expected = (normal.log_prob(u) - torch.log(1 - a ** 2)).sum(-1)
     assert torch.allclose(logp, expected, atol=1e-3)
     assert (a.abs() < 1).all()
+
+
+@pytest.mark.timeout(300)
+def test_two_shards_are_both_sampled(tmp_path):
+    r = verl("run", str(CONFIGS / "cartpole_dqn.toml"), "--run-dir", str(tmp_path),
+             "--set", "launch.replay_shards=2", "--set", "training.total_timesteps=6000",
+             "--set", "replay.min_size_to_sample=300", "--set", "logging.interval_s=0.5",
+             "--set", "evaluation.interval_steps=6000", timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    evs = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    last = {}
+    for e in evs:
+        if e.get("event") == "metrics" and e.get("role") == "replay":
+            last[e["id"]] = e
+    assert set(last) == {"replay-0", "replay-1"}
+    assert all(m["replay/sampled"] > 0 and m["replay/transitions"] > 0 for m in last.values())

@@ -51,6 +51,7 @@ class OffPolicyStore:
         out["index"] = idx.astype(np.int64)
         out["generation"] = self.storage.generation[idx].copy()
         out["env_steps"] = np.array([self.env_steps], np.int64)
+        out["size"] = np.array([self.storage.size], np.int64)
         self.limiter.sample(n)
         return out
 

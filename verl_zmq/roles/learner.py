@@ -90,6 +90,9 @@ class LearnerRole(Role):
         self.readers: dict[str, asyncio.Task] = {}
         self.batches: asyncio.Queue = asyncio.Queue()  # off-policy: sampled batches
         self.shard_steps: dict[object, int] = {}
+        self.shard_sizes: dict[object, int] = {}
+        self.credit_out: dict[object, int] = {}  # off-policy: batches requested, per shard
+        self.rng = np.random.default_rng(job.experiment.seed)
         self.reader_error: Exception | None = None
         self.shards_changed = asyncio.Event()
         self.data_ready = asyncio.Event()
@@ -171,6 +174,7 @@ class LearnerRole(Role):
                                                            else 0)
                     await send(sock, wire.SampleRequest(credit=credit, batch_size=p.batch_size),
                                self.id)
+                    self.credit_out[sock] = credit
                     self.log.info("shard_connected", member=mid, endpoint=ep)
 
     # -- receiving --------------------------------------------------------------
@@ -294,6 +298,7 @@ class LearnerRole(Role):
         while self.env_steps < total:
             sock, msg = await self.batches.get()
             live = {s for _, s in self.dealers.values()}
+            self.credit_out[sock] = self.credit_out.get(sock, 1) - 1
             a = msg.arrays
             why = self._offpolicy_problem(a)
             if why:
@@ -301,6 +306,8 @@ class LearnerRole(Role):
                 self.wire_stats.reject(msg.src, wire.WireError(f"bad batch: {why}"))
             else:
                 self.shard_steps[sock] = int(a["env_steps"][0])
+                if "size" in a and a["size"].shape == (1,):
+                    self.shard_sizes[sock] = int(a["size"][0])
                 self.env_steps = sum(self.shard_steps.values())
                 self.algo.progress = min(1.0, self.env_steps / total)
                 t0 = time.monotonic()
@@ -316,9 +323,26 @@ class LearnerRole(Role):
                 if self.env_steps >= self.next_ckpt:
                     self.next_ckpt += self.job.checkpoint.interval_steps
                     await asyncio.to_thread(self._checkpoint)
-            if sock in live:
-                await send(sock, wire.SampleRequest(credit=1), self.id)
+            target = self._credit_target(sock, live)
+            if target is not None:
+                await send(target, wire.SampleRequest(credit=1), self.id)
+                self.credit_out[target] = self.credit_out.get(target, 0) + 1
         await self._finish()
+
+    def _credit_target(self, sock, live: set):
+        """Which shard gets the next batch request: in proportion to shard sizes, so
+        the learner samples the whole replay evenly; a shard left without credit
+        gets one first (its size stays known)."""
+        shards = [s for _, s in self.dealers.values() if s in live]
+        if not shards:
+            return None
+        if len(shards) == 1:
+            return shards[0]
+        for s in shards:
+            if self.credit_out.get(s, 0) <= 0:
+                return s
+        sizes = np.array([max(1, self.shard_sizes.get(s, 1)) for s in shards], np.float64)
+        return shards[int(self.rng.choice(len(shards), p=sizes / sizes.sum()))]
 
     async def _next_batch(self) -> list[dict]:
         """Oldest-first fragments for one update; too stale ones are dropped. Every

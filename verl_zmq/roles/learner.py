@@ -152,7 +152,13 @@ class LearnerRole(Role):
     async def _shards_loop(self) -> None:
         p = self.algo.params
         while True:
-            await self.shards_changed.wait()
+            # level-triggered: reconcile on every membership change and at least once
+            # per heartbeat interval, so a missed wake-up costs one interval, not the job
+            try:
+                async with asyncio.timeout(self.job.launch.heartbeat_interval_s):
+                    await self.shards_changed.wait()
+            except TimeoutError:
+                pass
             self.shards_changed.clear()
             wanted = {m.id: m.endpoints.get("requests", "")
                       for m in self.group_members("replay").values()}

@@ -25,6 +25,8 @@ class Algorithm(ABC):
     name: ClassVar[str]
     on_policy: ClassVar[bool]
     extras: ClassVar[tuple[str, ...]] = ()
+    # attributes a checkpoint holds: modules and optimisers (state_dict), or tensors
+    state_attrs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, job: Job, spec: EnvSpec, device: str = "cpu"):
         self.job = job
@@ -78,7 +80,18 @@ class Algorithm(ABC):
                 v.copy_(torch.from_numpy(np.array(arrays[k], dtype=np.float32)))
 
     def state_dict(self) -> dict:
-        return {"updates": self.updates}
+        out: dict = {"updates": self.updates}
+        for name in self.state_attrs:
+            obj = getattr(self, name)
+            out[name] = obj.detach().clone() if torch.is_tensor(obj) else obj.state_dict()
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         self.updates = int(state.get("updates", 0))
+        for name in self.state_attrs:
+            obj = getattr(self, name)
+            if torch.is_tensor(obj):
+                with torch.no_grad():
+                    obj.copy_(state[name])
+            else:
+                obj.load_state_dict(state[name])

@@ -58,6 +58,7 @@ class DQN(Algorithm):
     name = "dqn"
     on_policy = False
     extras = ("q_taken", "q_max")  # Q(s, a) and max_a Q(s, a) at acting time (Ape-X)
+    state_attrs = ("q", "target", "opt")
 
     def __init__(self, job, spec, device: str = "cpu"):
         super().__init__(job, spec, device)
@@ -131,16 +132,6 @@ class DQN(Algorithm):
         return {"losses/td_loss": float(loss.detach()), "losses/q_mean": float(q.mean().detach()),
                 "losses/td_abs_mean": float(self.priorities.mean()),
                 "losses/grad_norm": float(gn)}
-
-    def state_dict(self) -> dict:
-        return {"updates": self.updates, "q": self.q.state_dict(),
-                "target": self.target.state_dict(), "opt": self.opt.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.updates = int(state.get("updates", 0))
-        self.q.load_state_dict(state["q"])
-        self.target.load_state_dict(state["target"])
-        self.opt.load_state_dict(state["opt"])
 
 
 ALGORITHM = DQN

@@ -55,6 +55,7 @@ class PPO(Algorithm):
     name = "ppo"
     on_policy = True
     extras = ("logp", "value")
+    state_attrs = ("net", "opt")
 
     def __init__(self, job, spec, device: str = "cpu"):
         super().__init__(job, spec, device)
@@ -182,15 +183,6 @@ class PPO(Algorithm):
         out["charts/clip_range"] = self._clip()[1]
         out["charts/batch_steps"] = float(n)
         return out
-
-    def state_dict(self) -> dict:
-        return {"updates": self.updates, "net": self.net.state_dict(),
-                "opt": self.opt.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.updates = int(state.get("updates", 0))
-        self.net.load_state_dict(state["net"])
-        self.opt.load_state_dict(state["opt"])
 
 
 ALGORITHM = PPO

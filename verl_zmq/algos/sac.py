@@ -65,6 +65,8 @@ class SAC(Algorithm):
     name = "sac"
     on_policy = False
     extras = ()
+    state_attrs = ("actor", "critic", "critic_target", "log_alpha", "pi_opt", "q_opt",
+                   "a_opt")
 
     def __init__(self, job, spec, device: str = "cpu"):
         super().__init__(job, spec, device)
@@ -137,23 +139,6 @@ class SAC(Algorithm):
         self.priorities = (0.5 * ((q1 - y).abs() + (q2 - y).abs())).detach().cpu().numpy()
         return {"losses/q_loss": float(q_loss.detach()), "losses/pi_loss": float(pi_loss.detach()),
                 "losses/alpha": alpha, "losses/entropy": float(-logp.detach().mean())}
-
-    def state_dict(self) -> dict:
-        return {"updates": self.updates, "actor": self.actor.state_dict(),
-                "critic": self.critic.state_dict(),
-                "critic_target": self.critic_target.state_dict(),
-                "log_alpha": self.log_alpha.detach().clone(), "pi_opt": self.pi_opt.state_dict(),
-                "q_opt": self.q_opt.state_dict(), "a_opt": self.a_opt.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.updates = int(state.get("updates", 0))
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        for k in ("pi_opt", "q_opt", "a_opt"):
-            getattr(self, k).load_state_dict(state[k])
 
 
 ALGORITHM = SAC

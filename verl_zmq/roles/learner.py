@@ -93,7 +93,6 @@ class LearnerRole(Role):
         self.shard_sizes: dict[object, int] = {}
         self.credit_out: dict[object, int] = {}  # off-policy: batches requested, per shard
         self.rng = np.random.default_rng(job.experiment.seed)
-        self.reader_error: Exception | None = None
         self.shards_changed = asyncio.Event()
         self.data_ready = asyncio.Event()
         self.pending: deque[dict] = deque()
@@ -168,12 +167,15 @@ class LearnerRole(Role):
                     self.readers.pop(mid).cancel()
                     self.ctx.transport.close_socket(sock)
                     del self.dealers[mid]
+                    self.shard_sizes.pop(sock, None)
+                    self.credit_out.pop(sock, None)
                     self.log.info("shard_disconnected", member=mid, endpoint=ep)
             for mid, ep in wanted.items():
                 if ep and mid not in self.dealers:
                     sock = self.ctx.transport.connect(zmq.DEALER, ep, hwm=1000)
                     self.dealers[mid] = (ep, sock)
-                    self.readers[mid] = asyncio.create_task(self._read_shard(sock))
+                    # in the role's TaskGroup: a reader that crashes stops the role
+                    self.readers[mid] = self.tasks.create_task(self._read_shard(sock))
                     per_batch = -(-p.batch_size // self.job.fragment_steps)
                     # on-policy: credits count fragments; off-policy: sampled batches
                     credit = self.job.training.prefetch + (per_batch if self.algo.on_policy
@@ -214,29 +216,17 @@ class LearnerRole(Role):
 
     async def _read_shard(self, sock) -> None:
         """One reader per shard socket, cancelled when the shard goes away."""
-        try:
-            while True:
-                _, msg = await recv(sock, self.wire_stats, expect=(wire.Batch,))
-                if not self.algo.on_policy:
-                    if msg is not None:
-                        await self.batches.put((sock, msg))
-                    else:
-                        await send(sock, wire.SampleRequest(credit=1), self.id)
-                    continue
-                kept = msg is not None and not self.finished and self._take(msg, sock)
-                if not kept:  # consumed already: ask for another
-                    await send(sock, wire.SampleRequest(credit=1), self.id)
-        except Exception as e:  # surface it: the supervised loop below re-raises
-            self.reader_error = e
-            self.shards_changed.set()
-            raise
-
-    async def _watch_readers(self) -> None:
-        """Readers are created as shards come and go; a crash in one must not hide."""
         while True:
-            await asyncio.sleep(1.0)
-            if self.reader_error is not None:
-                raise self.reader_error
+            _, msg = await recv(sock, self.wire_stats, expect=(wire.Batch,))
+            if not self.algo.on_policy:
+                if msg is not None:
+                    await self.batches.put((sock, msg))
+                else:
+                    await send(sock, wire.SampleRequest(credit=1), self.id)
+                continue
+            kept = msg is not None and not self.finished and self._take(msg, sock)
+            if not kept:  # consumed already: ask for another
+                await send(sock, wire.SampleRequest(credit=1), self.id)
 
     # -- training ---------------------------------------------------------------
 
@@ -329,13 +319,13 @@ class LearnerRole(Role):
                 if self.env_steps >= self.next_ckpt:
                     self.next_ckpt += self.job.checkpoint.interval_steps
                     await asyncio.to_thread(self._checkpoint)
-            target = self._credit_target(sock, live)
+            target = self._credit_target(live)
             if target is not None:
                 await send(target, wire.SampleRequest(credit=1), self.id)
                 self.credit_out[target] = self.credit_out.get(target, 0) + 1
         await self._finish()
 
-    def _credit_target(self, sock, live: set):
+    def _credit_target(self, live: set):
         """Which shard gets the next batch request: in proportion to shard sizes, so
         the learner samples the whole replay evenly; a shard left without credit
         gets one first (its size stays known)."""
@@ -398,8 +388,8 @@ class LearnerRole(Role):
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
+            self.tasks = tg  # shard readers join it as shards come and go
             tg.create_task(self._shards_loop())
-            tg.create_task(self._watch_readers())
             tg.create_task(self._republish_loop())
             tg.create_task(self._train_loop() if self.algo.on_policy
                            else self._train_offpolicy())

@@ -82,18 +82,26 @@ class ReplayRole(Role):
         self.router, req_ep = t.bind(zmq.ROUTER, "requests", hwm=1000)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.endpoints = {"fragments": pull_ep, "requests": req_ep}
-        cap = self.job.replay.capacity // max(1, self.job.fragment_steps)
-        self.store = FifoStore(cap)
-        self.drop_oldest = self.job.replay.when_full == "drop_oldest"
         self.credits: dict[bytes, int] = {}
-        self.space = asyncio.Event()
-        self.space.set()
+        self.make_store()
         self.inserts = 0
         self.served = 0
         self.rejected = 0
         self.delay_sum = 0.0
         self.blocked_s = 0.0
         self._rate = (time.monotonic(), 0, 0, 0.0)
+
+    def make_store(self) -> None:
+        """What this mode stores: a bounded FIFO of fragments."""
+        cap = self.job.replay.capacity // max(1, self.job.fragment_steps)
+        self.store = FifoStore(cap)
+        self.drop_oldest = self.job.replay.when_full == "drop_oldest"
+        self.space = asyncio.Event()
+        self.space.set()
+
+    def store_metrics(self) -> dict[str, float]:
+        return {"replay/size": len(self.store), "replay/capacity": self.store.capacity,
+                "replay/dropped": self.store.dropped}
 
     async def _serve(self) -> None:
         """Send queued fragments while some learner has credit."""
@@ -170,13 +178,13 @@ class ReplayRole(Role):
         dt = max(now - t, 1e-9)
         self._rate = (now, self.inserts, self.served, self.delay_sum)
         n_served = self.served - srv
-        return {"replay/size": len(self.store), "replay/capacity": self.store.capacity,
+        return {**self.store_metrics(),
                 "replay/inserts": self.inserts, "replay/served": self.served,
                 "replay/inserts_per_s": round((self.inserts - ins) / dt, 2),
                 "replay/served_per_s": round(n_served / dt, 2),
                 "replay/serve_delay_s": round((self.delay_sum - dsum) / n_served, 4)
                 if n_served else 0.0,
-                "replay/dropped": self.store.dropped, "replay/rejected": self.rejected,
+                "replay/rejected": self.rejected,
                 "replay/blocked_s": round(self.blocked_s, 3)}
 
 

@@ -24,8 +24,7 @@ from .replay import ReplayRole
 class OffPolicyReplayRole(ReplayRole):
     """A uniform or prioritized replay shard."""
 
-    async def setup(self) -> None:
-        await super().setup()
+    def make_store(self) -> None:
         self.op = OffPolicyStore(self.job, seed=self.job.experiment.seed + self.ctx.index)
         self.batch_size: dict[bytes, int] = {}
         self.may_insert = asyncio.Event()
@@ -105,12 +104,10 @@ class OffPolicyReplayRole(ReplayRole):
     def status(self) -> dict[str, float]:
         return {"size": self.op.storage.size}
 
-    def metrics(self) -> dict[str, float]:
-        out = super().metrics()
+    def store_metrics(self) -> dict[str, float]:
         s = self.op.storage
-        out.update({"replay/size": s.size, "replay/capacity": s.capacity,
-                    "replay/transitions": self.transitions, "replay/env_steps": self.op.env_steps,
-                    "replay/sampled": self.op.limiter.sampled,
-                    "replay/priority_updates": self.priority_updates,
-                    "replay/stale_priority_updates": self.op.stale_updates})
-        return out
+        return {"replay/size": s.size, "replay/capacity": s.capacity,
+                "replay/transitions": self.transitions, "replay/env_steps": self.op.env_steps,
+                "replay/sampled": self.op.limiter.sampled,
+                "replay/priority_updates": self.priority_updates,
+                "replay/stale_priority_updates": self.op.stale_updates}

@@ -51,11 +51,10 @@ class PrioritizedSampler:
         total = self.tree.total
         # stratified: one draw in each of n equal segments of the total
         bounds = (np.arange(n) + self.rng.random(n)) * (total / n)
-        idx = self.tree.find(np.minimum(bounds, np.nextafter(total, 0)))
-        idx = np.minimum(idx, size - 1)
-        probs = self.tree.get(idx) / total
-        w = (size * np.maximum(probs, 1e-12)) ** (-self.beta(progress))
-        return idx, (w / w.max()).astype(np.float32)
+        idx = np.minimum(self.tree.find(np.minimum(bounds, np.nextafter(total, 0))), size - 1)
+        p = np.maximum(self.tree.get(idx), 1e-300)
+        # w_i / max_j w_j = (N P_i)^-beta / (N P_min)^-beta = (p_min / p_i)^beta
+        return idx, ((p.min() / p) ** self.beta(progress)).astype(np.float32)
 
     def update(self, idx: np.ndarray, priorities: np.ndarray) -> None:
         p = np.abs(np.asarray(priorities, np.float64)) + self.eps

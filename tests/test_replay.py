@@ -36,6 +36,23 @@ def test_sumtree_matches_brute_force(cap, updates):
         np.testing.assert_array_equal(tree.find(qs), np.minimum(expect, cap - 1))
 
 
+@pytest.mark.parametrize("cap", [4097, 70_001, 1_000_003])
+def test_sumtree_large_descends_below_the_flat_top(cap):
+    """Capacities past FLAT walk [batch, FANOUT] blocks below a flat-searched top."""
+    rng = np.random.default_rng(cap)
+    tree, ref = SumTree(cap), np.zeros(cap)
+    for _ in range(5):  # integer priorities (some zero) keep every sum exact
+        idx = rng.integers(0, cap, 2000)
+        val = rng.integers(0, 4, 2000).astype(np.float64)
+        tree.update(idx, val)
+        last, first = np.unique(idx[::-1], return_index=True)  # the last write wins
+        ref[last] = val[::-1][first]
+    assert tree.total == ref.sum()
+    qs = np.sort(rng.random(4096)) * ref.sum()
+    expect = np.searchsorted(np.cumsum(ref), qs, side="right")
+    np.testing.assert_array_equal(tree.find(qs), expect)
+
+
 def test_sumtree_by_hand():
     t = SumTree(4)
     t.update(np.array([0, 1, 2, 3]), np.array([1.0, 2.0, 3.0, 4.0]))

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from verl_zmq import tb
 from verl_zmq.config import Job
 from verl_zmq.logview import _Tail
 
@@ -101,6 +102,12 @@ class Supervisor:
         self.outcome = EXIT_DONE
         self.wake = asyncio.Event()
         self.t0 = time.time()
+        self.tb = None
+        if tb.available():  # the tensorboard extra: event files in tb/ from the logs
+            try:
+                self.tb = tb.TBWriter(run_dir, job_text)
+            except Exception as e:  # never fail a job over its charts
+                log.warning("tensorboard_unavailable", error=str(e))
 
     def _env(self, role: str) -> dict:
         res = getattr(self.job.resources, role, None)
@@ -174,6 +181,8 @@ class Supervisor:
         while True:
             await asyncio.sleep(0.5)
             self.progress.poll()
+            if self.tb is not None:
+                self.tb.poll()
             if time.monotonic() >= next_print:
                 next_print = time.monotonic() + every
                 line = self.progress.line()
@@ -204,6 +213,8 @@ class Supervisor:
         for w in watchers:
             w.cancel()
         self.progress.poll()
+        if self.tb is not None:
+            self.tb.close()
         if self.console.isatty():
             self.console.write("\n")
         return self.outcome

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -86,3 +87,37 @@ def kill_tree(proc: subprocess.Popen) -> None:
 @pytest.fixture
 def ports():
     return free_port_range()
+
+
+@pytest.fixture(scope="session")
+def cartpole_run(tmp_path_factory):
+    """The README's main job as real processes, shared by every check that needs a
+    finished PPO run: it learns CartPole while sampler-1 is killed with -9."""
+    run = tmp_path_factory.mktemp("cartpole") / "run"
+    lo, hi = free_port_range()
+    proc = subprocess.Popen(
+        [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"),
+         str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(run),
+         "--set", f"launch.port_range=[{lo}, {hi}]"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    killed = {}
+    try:
+        launcher_log = run / "logs" / "launcher.jsonl"
+
+        def sampler_pid():
+            # once the sampler has shipped fragments, kill it mid-job
+            if not any(e.get("event") == "metrics" and e.get("sampler/fragments", 0) > 0
+                       for e in read_events(run / "logs" / "sampler-1.jsonl")):
+                return None
+            pids = [e["pid"] for e in read_events(launcher_log)
+                    if e.get("event") == "role_started" and e.get("member") == "sampler-1"]
+            return pids[-1] if pids else None
+
+        pid = wait_for(sampler_pid, 120, what="sampler-1 shipping fragments")
+        os.kill(pid, signal.SIGKILL)
+        killed = {"pid": pid, "t": time.time()}
+        out, err = proc.communicate(timeout=600)
+    finally:
+        kill_tree(proc)
+    return {"run": run, "rc": proc.returncode, "stdout": out, "stderr": err, "killed": killed}

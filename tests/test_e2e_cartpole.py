@@ -5,58 +5,12 @@ sampler is killed with -9 and restarted by the launcher."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import time
 
 import pytest
 
-from tests.conftest import (
-    CONFIGS,
-    PY,
-    ROOT,
-    free_port_range,
-    kill_tree,
-    read_events,
-    verl,
-    wait_for,
-)
+from tests.conftest import CONFIGS, read_events, verl
 
-TARGET, BUDGET = 475.0, 100_000
-
-
-@pytest.fixture(scope="session")
-def cartpole_run(tmp_path_factory):
-    run = tmp_path_factory.mktemp("cartpole") / "run"
-    lo, hi = free_port_range()
-    proc = subprocess.Popen(
-        [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"),
-         str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(run),
-         "--set", f"launch.port_range=[{lo}, {hi}]"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
-    killed = {}
-    try:
-        launcher_log = run / "logs" / "launcher.jsonl"
-
-        def sampler_pid():
-            # once the sampler has shipped fragments, kill it mid-job
-            if not any(e.get("event") == "metrics" and e.get("sampler/fragments", 0) > 0
-                       for e in read_events(run / "logs" / "sampler-1.jsonl")):
-                return None
-            pids = [e["pid"] for e in read_events(launcher_log)
-                    if e.get("event") == "role_started" and e.get("member") == "sampler-1"]
-            return pids[-1] if pids else None
-
-        pid = wait_for(sampler_pid, 120, what="sampler-1 shipping fragments")
-        import os
-
-        os.kill(pid, signal.SIGKILL)
-        killed = {"pid": pid, "t": time.time()}
-        out, err = proc.communicate(timeout=600)
-    finally:
-        kill_tree(proc)
-    return {"run": run, "rc": proc.returncode, "stdout": out, "stderr": err, "killed": killed}
+TARGET, BUDGET = 475.0, 100_000  # the shared live run is `cartpole_run` in conftest
 
 
 @pytest.mark.timeout(900)

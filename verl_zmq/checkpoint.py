@@ -40,3 +40,11 @@ def numpy_state(arrays: dict) -> dict:
     import numpy as np
 
     return {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}
+
+
+def policy_state(job_text: str, algorithm: str, policy: dict, rms: dict | None = None,
+                 **meta) -> dict:
+    """What every checkpoint holds for using the policy outside the job (best.pt is
+    only this): the resolved job, the policy's arrays and the obs statistics."""
+    return {"job": job_text, "algorithm": algorithm, "policy": numpy_state(policy),
+            "rms": numpy_state(rms or {}), **meta}

@@ -142,5 +142,14 @@ def logs(run_dir, follow, roles, level, events, as_json):
          follow=follow, as_json=as_json)
 
 
+def _add_ops() -> None:
+    from .cli_ops import COMMANDS
+
+    for cmd in COMMANDS:
+        main.add_command(cmd)
+
+
+_add_ops()
+
 if __name__ == "__main__":
     main()

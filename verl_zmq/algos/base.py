@@ -58,6 +58,13 @@ class Algorithm(ABC):
     def learn(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One update; returns `losses/...` metrics."""
 
+    def export_head(self) -> tuple[torch.nn.Module, str]:
+        """For export: a module from flat normalised obs to its output, and how that
+        output becomes the deterministic env action: "argmax" (logits or Q-values),
+        "clip" (a Gaussian mean, clipped to the bounds) or "squash" (the first half
+        is a pre-tanh mean, scaled to the bounds)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be exported")
+
     @abstractmethod
     def policy_module(self) -> torch.nn.Module:
         """The module whose parameters samplers and the evaluator need."""

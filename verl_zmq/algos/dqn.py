@@ -76,6 +76,9 @@ class DQN(Algorithm):
     def policy_module(self) -> torch.nn.Module:
         return self.q
 
+    def export_head(self):
+        return self.q, "argmax"
+
     def epsilon(self) -> float:
         p = self.params
         if p.exploration == "apex":

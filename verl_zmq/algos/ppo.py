@@ -74,6 +74,9 @@ class PPO(Algorithm):
     def policy_module(self) -> torch.nn.Module:
         return self.net
 
+    def export_head(self):
+        return self.net.pi, "argmax" if self.spec.discrete else "clip"
+
     def act(self, obs, deterministic=False):
         with torch.no_grad():
             o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)

@@ -95,6 +95,9 @@ class SAC(Algorithm):
     def policy_module(self) -> torch.nn.Module:
         return self.actor
 
+    def export_head(self):
+        return self.actor.net, "squash"
+
     def act(self, obs, deterministic=False):
         if not deterministic and self.sampler_env_steps < self.params.learning_starts:
             a = self.rng.uniform(-1, 1, (len(obs), self.spec.n_actions)).astype(np.float32)

@@ -65,3 +65,19 @@ class OffPolicyStore:
         self.stale_updates += int((~ok).sum())
         self.sampler.update(index[ok], np.asarray(priority)[ok])
         return int(ok.sum())
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Storage, priorities and counters: what a snapshot holds (all copies)."""
+        out = self.storage.state()
+        out.update({f"sampler/{k}": v for k, v in
+                    self.sampler.state(self.storage.size).items()})
+        out["store_counters"] = np.array([self.env_steps, self.stale_updates,
+                                          self.limiter.inserted, self.limiter.sampled], np.int64)
+        return out
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        order = self.storage.load_state(state)
+        self.sampler.load_state({k[8:]: v for k, v in state.items()
+                                 if k.startswith("sampler/")}, order)
+        self.env_steps, self.stale_updates, self.limiter.inserted, self.limiter.sampled = (
+            int(x) for x in state["store_counters"])

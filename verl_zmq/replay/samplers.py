@@ -24,6 +24,12 @@ class UniformSampler:
     def update(self, idx: np.ndarray, priorities: np.ndarray) -> None:
         pass
 
+    def state(self, size: int) -> dict[str, np.ndarray]:
+        return {}
+
+    def load_state(self, state: dict[str, np.ndarray], order: np.ndarray) -> None:
+        pass
+
 
 class PrioritizedSampler:
     """Proportional prioritisation on a SumTree."""
@@ -60,3 +66,15 @@ class PrioritizedSampler:
         p = np.abs(np.asarray(priorities, np.float64)) + self.eps
         self.max_priority = max(self.max_priority, float(p.max(initial=0.0)))
         self.tree.update(idx, p ** self.alpha)
+
+    def state(self, size: int) -> dict[str, np.ndarray]:
+        """Leaf priorities (already raised to alpha) and the running max."""
+        return {"priorities": self.tree.get(np.arange(size)),
+                "max_priority": np.array([self.max_priority])}
+
+    def load_state(self, state: dict[str, np.ndarray], order: np.ndarray) -> None:
+        if "priorities" not in state:  # a uniform shard's snapshot: all at the max
+            self.on_insert(np.arange(len(order)))
+            return
+        self.max_priority = float(state["max_priority"][0])
+        self.tree.update(np.arange(len(order)), state["priorities"][order])

@@ -48,9 +48,28 @@ class RingStorage:
         return {k: v[idx] for k, v in self.columns.items()}
 
     def state(self) -> dict[str, np.ndarray]:
-        """Everything needed to restore the storage (for snapshots)."""
-        out = {f"col/{k}": v[: self.size] if self.size < self.capacity else v
-               for k, v in self.columns.items()}
-        out["generation"] = self.generation
+        """Everything needed to restore the storage (copies: safe to write elsewhere)."""
+        out = {f"col/{k}": v[: self.size].copy() for k, v in self.columns.items()}
+        out["generation"] = self.generation[: self.size].copy()
         out["counters"] = np.array([self.cursor, self.size, self.inserted], np.int64)
         return out
+
+    def load_state(self, state: dict[str, np.ndarray]) -> np.ndarray:
+        """Restore from `state()`, oldest first from slot 0; a snapshot larger than this
+        capacity keeps its newest. Returns the snapshot slots in their new order, so
+        per-slot data kept elsewhere (priorities) can follow."""
+        cursor, size, inserted = (int(x) for x in state["counters"])
+        cols = {k[4:]: v for k, v in state.items() if k.startswith("col/")}
+        if size == 0 or not cols:
+            return np.zeros(0, np.int64)
+        # write order: when full the oldest slot is the cursor's; otherwise cursor == size
+        order = np.roll(np.arange(size), -cursor)[-self.capacity:]
+        self._allocate({k: v[:1] for k, v in cols.items()})
+        n = len(order)
+        for k, v in cols.items():
+            self.columns[k][:n] = v[order]
+        self.generation[:n] = state["generation"][order]
+        self.cursor = n % self.capacity
+        self.size = n
+        self.inserted = inserted
+        return order

@@ -17,7 +17,8 @@ import zmq
 
 from .. import wire
 from ..algos import make_algorithm
-from ..checkpoint import numpy_state, save_atomic
+from ..checkpoint import load as load_checkpoint
+from ..checkpoint import policy_state, save_atomic
 from ..config import dumps_job
 from ..envs import env_spec, make_env
 from ..normalize import RunningMeanStd
@@ -83,7 +84,7 @@ class EvaluatorRole(Role):
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.learners: dict[str, str] = {}
         self.next_at = 0
-        self.best = -math.inf
+        self.best = self._best_so_far()
         self.last: dict[str, float] = {}
         self.evaluations = 0
         self.video_dir = ""
@@ -93,6 +94,14 @@ class EvaluatorRole(Role):
             else:
                 self.log.warning("video_unavailable", reason="moviepy is not installed; "
                                  "pip install moviepy to record evaluation videos")
+
+    def _best_so_far(self) -> float:
+        """A resumed run keeps its best: best.pt is only replaced by a better one."""
+        path = Path(self.ctx.run_dir) / "checkpoints" / "best.pt"
+        try:
+            return float(load_checkpoint(path)["eval_return_mean"])
+        except (OSError, KeyError, RuntimeError, ValueError, TypeError):
+            return -math.inf
 
     def on_membership(self, members) -> None:
         super().on_membership(members)
@@ -146,12 +155,11 @@ class EvaluatorRole(Role):
                       episodes=len(rets), final=msg.final, best=best, **self.last)
         if best:
             self.best = mean
-            state = {"policy": numpy_state({k: v for k, v in msg.arrays.items()
-                                            if not k.startswith("obs_rms/")}),
-                     "rms": numpy_state(self.rms.to_arrays()) if self.rms is not None else {},
-                     "env_steps": msg.env_steps, "version": msg.version,
-                     "eval_return_mean": mean, "job": dumps_job(self.job),
-                     "algorithm": self.job.algorithm.name}
+            state = policy_state(
+                dumps_job(self.job), self.job.algorithm.name,
+                {k: v for k, v in msg.arrays.items() if not k.startswith("obs_rms/")},
+                self.rms.to_arrays() if self.rms is not None else None,
+                env_steps=msg.env_steps, version=msg.version, eval_return_mean=mean)
             path = Path(self.ctx.run_dir) / "checkpoints" / "best.pt"
             await asyncio.to_thread(save_atomic, state, path)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections import deque
 from pathlib import Path
@@ -24,7 +25,7 @@ import zmq.asyncio
 from .. import wire
 from ..algos import make_algorithm
 from ..checkpoint import load as load_checkpoint
-from ..checkpoint import write_checkpoint
+from ..checkpoint import policy_state, write_checkpoint
 from ..config import dumps_job
 from ..envs import EnvSpec, env_spec
 from ..normalize import RunningMeanStd
@@ -113,13 +114,12 @@ class LearnerRole(Role):
     # -- state ------------------------------------------------------------------
 
     def _ckpt_state(self) -> dict:
-        return {"algo": self.algo.state_dict(), "env_steps": self.env_steps,
+        return {**policy_state(dumps_job(self.job), self.job.algorithm.name,
+                               self.algo.policy_arrays(), self.rms.to_arrays()),
+                "algo": self.algo.state_dict(), "env_steps": self.env_steps,
                 "version": self.version, "updates": self.algo.updates,
-                "rms": {k: torch.from_numpy(np.array(v)) for k, v in self.rms.to_arrays().items()},
-                "policy": {k: torch.from_numpy(np.array(v))
-                           for k, v in self.algo.policy_arrays().items()},
-                "torch_rng": torch.get_rng_state(), "job": dumps_job(self.job),
-                "algorithm": self.job.algorithm.name}
+                "torch_rng": torch.get_rng_state(),
+                "numpy_rng": json.dumps(self.rng.bit_generator.state)}
 
     def _resume(self) -> None:
         path = Path(self.ctx.run_dir) / "checkpoints" / "latest.pt"
@@ -131,6 +131,8 @@ class LearnerRole(Role):
         self.version = int(state["version"])
         self.rms.load_arrays({k: v.numpy() for k, v in state["rms"].items()})
         torch.set_rng_state(state["torch_rng"])
+        if "numpy_rng" in state:
+            self.rng.bit_generator.state = json.loads(state["numpy_rng"])
         self.next_ckpt = (self.env_steps // self.job.checkpoint.interval_steps + 1) \
             * self.job.checkpoint.interval_steps
         self.log.info("resumed", checkpoint=str(path), env_steps=self.env_steps,
@@ -304,7 +306,8 @@ class LearnerRole(Role):
                 self.shard_steps[sock] = int(a["env_steps"][0])
                 if "size" in a and a["size"].shape == (1,):
                     self.shard_sizes[sock] = int(a["size"][0])
-                self.env_steps = sum(self.shard_steps.values())
+                # never backwards: a shard restarted from an older snapshot reports less
+                self.env_steps = max(self.env_steps, sum(self.shard_steps.values()))
                 self.algo.progress = min(1.0, self.env_steps / total)
                 t0 = time.monotonic()
                 self.last_metrics = await asyncio.to_thread(self.algo.learn, a)
@@ -363,6 +366,11 @@ class LearnerRole(Role):
             self.pending_steps += steps
             return []
         return [a for _, a, _ in out]
+
+    async def teardown(self) -> None:
+        """Stopped before the end (SIGTERM, job shutdown): keep where training got to."""
+        if not self.finished and self.algo.updates > 0:
+            self._checkpoint()
 
     async def _finish(self) -> None:
         self.finished = True

@@ -16,6 +16,7 @@ import time
 import zmq
 
 from .. import wire
+from ..replay import snapshot
 from ..replay.offpolicy import OffPolicyStore
 from .base import recv, send
 from .replay import ReplayRole
@@ -31,6 +32,49 @@ class OffPolicyReplayRole(ReplayRole):
         self.may_insert.set()
         self.priority_updates = 0
         self.transitions = 0
+        self.snapshot_dir = snapshot.snapshot_dir(self.ctx.run_dir, self.id)
+        self._restore()
+
+    # -- snapshots: the buffer survives a restart and a resumed job ---------------
+
+    def _restore(self) -> None:
+        t0 = time.monotonic()
+        try:
+            state = snapshot.read(self.snapshot_dir)
+            if state is None:
+                return
+            self.op.load_state(state)
+        except (OSError, ValueError, KeyError) as e:  # unreadable: start empty, say so
+            self.log.error("replay_restore_failed", path=str(self.snapshot_dir), error=str(e))
+            self.op = OffPolicyStore(self.job, seed=self.job.experiment.seed + self.ctx.index)
+            return
+        self.transitions = self.op.storage.size
+        self.log.info("replay_restored", path=str(self.snapshot_dir),
+                      size=self.op.storage.size, env_steps=self.op.env_steps,
+                      seconds=round(time.monotonic() - t0, 3))
+
+    async def _snapshot(self) -> None:
+        t0 = time.monotonic()
+        state = self.op.state()  # copies, taken between two messages: consistent
+        path = await asyncio.to_thread(snapshot.write, self.snapshot_dir, state)
+        self.log.info("replay_snapshot", path=str(path), size=self.op.storage.size,
+                      bytes=path.stat().st_size, seconds=round(time.monotonic() - t0, 3))
+
+    async def _snapshot_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.job.replay.snapshot_interval_s)
+            await self._snapshot()
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._ingest())
+            tg.create_task(self._requests())
+            if self.job.replay.snapshot_interval_s > 0:
+                tg.create_task(self._snapshot_loop())
+
+    async def teardown(self) -> None:
+        if self.op.storage.size:
+            await self._snapshot()
 
     async def _serve(self) -> None:
         lim = self.op.limiter

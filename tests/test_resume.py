@@ -1,0 +1,198 @@
+"""Operations on one live CartPole DQN job: stopped with SIGTERM part way, resumed
+with `--resume` (learner from latest.pt, shard from its snapshot, counters
+continuing), a shard killed with -9 while resumed (restarted by the launcher,
+restored from its last periodic snapshot), and the job still reaches 475."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from tests.conftest import (
+    CONFIGS,
+    PY,
+    ROOT,
+    free_port_range,
+    kill_tree,
+    read_events,
+    verl,
+    wait_for,
+)
+
+TARGET = 475.0
+STOP_AT = 4000  # env steps: well before CartPole DQN's usual 7-18k to the target
+
+
+def _start(run, lo, hi, *extra):
+    return subprocess.Popen(
+        [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"),
+         str(CONFIGS / "cartpole_dqn.toml"), "--set", f"launch.port_range=[{lo}, {hi}]",
+         "--set", f"evaluation.stop_at_return={TARGET}",
+         # the first evaluation comes after the stop, so the job cannot end before it
+         "--set", "evaluation.interval_steps=5000",
+         "--set", "replay.snapshot_interval_s=2", "--set", "logging.interval_s=0.5", *extra],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+
+
+class TopCapture:
+    """`verl top` on a pseudo-terminal, its screen output collected in a thread."""
+
+    def __init__(self, run):
+        master, slave = pty.openpty()
+        env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}
+        self.proc = subprocess.Popen([PY, "-m", "verl_zmq.cli", "top", str(run), "--refresh",
+                                      "0.5"], cwd=ROOT, stdin=slave, stdout=slave,
+                                     stderr=slave, env=env, start_new_session=True)
+        os.close(slave)
+        self.master, self.chunks = master, []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            self.chunks.append(data)
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.thread.join(5)
+        os.close(self.master)
+        return b"".join(self.chunks).decode("utf-8", "replace")
+
+
+def _events(run, member, name):
+    return [e for e in read_events(run / "logs" / f"{member}.jsonl") if e.get("event") == name]
+
+
+@pytest.fixture(scope="module")
+def resumed_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("resume") / "run"
+    lo, hi = free_port_range()
+    first = _start(run, lo, hi, "--run-dir", str(run))
+    try:
+        def steps():
+            m = _events(run, "learner-0", "metrics")
+            return m and m[-1]["learner/env_steps"] >= STOP_AT
+        wait_for(steps, 240, what=f"learner past {STOP_AT} env steps")
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+    finally:
+        kill_tree(first)
+    stopped = {"rc": first.returncode,
+               "ckpt": _events(run, "learner-0", "checkpoint_saved")[-1],
+               "snapshot": _events(run, "replay-0", "replay_snapshot")[-1],
+               "learner_stop": _events(run, "learner-0", "metrics")[-1]}
+
+    second = _start(run, lo, hi, "--resume", str(run))
+    killed = {}
+    top = TopCapture(run)
+    top_text = ""
+    try:
+        # while resumed: kill -9 the shard once it has written a periodic snapshot
+        n_snap = len(_events(run, "replay-0", "replay_snapshot"))
+        snap = wait_for(lambda: (s := _events(run, "replay-0", "replay_snapshot"))[n_snap:]
+                        and s[-1], 120, what="a snapshot after resuming")
+        pid = [e["pid"] for e in read_events(run / "logs" / "launcher.jsonl")
+               if e.get("event") == "role_started" and e.get("member") == "replay-0"][-1]
+        n_restored = len(_events(run, "replay-0", "replay_restored"))
+        os.kill(pid, signal.SIGKILL)
+        killed = {"snapshot": snap, "n_restored": n_restored}
+        time.sleep(3)  # a few more dashboard frames while training goes on
+        top_text = top.stop()
+        out, err = second.communicate(timeout=600)
+    finally:
+        if not top_text:
+            top_text = top.stop()
+        kill_tree(second)
+    return {"run": run, "stopped": stopped, "killed": killed, "rc": second.returncode,
+            "stderr": err, "top": top_text}
+
+
+@pytest.mark.timeout(900)
+def test_sigterm_then_resume_continues_counters_and_keeps_the_buffer(resumed_run):
+    r, st = resumed_run, resumed_run["stopped"]
+    run = r["run"]
+    assert st["rc"] == 130  # interrupted, every role stopped cleanly
+    assert st["ckpt"]["env_steps"] >= STOP_AT and st["snapshot"]["size"] > 0
+    resumed = _events(run, "learner-0", "resumed")
+    assert resumed, "the learner did not load latest.pt"
+    res = resumed[0]
+    assert res["env_steps"] == st["ckpt"]["env_steps"] >= STOP_AT
+    assert res["version"] == st["ckpt"]["version"] > 0 and res["updates"] > 0
+    restored = _events(run, "replay-0", "replay_restored")
+    assert restored[0]["size"] >= 0.99 * st["snapshot"]["size"]
+    assert restored[0]["env_steps"] >= STOP_AT
+    # counters continue: after the resume nothing restarts from zero
+    stamp = res["ts"]
+    later = [e for e in _events(run, "learner-0", "metrics") if e["ts"] > stamp]
+    assert later and min(e["learner/env_steps"] for e in later) >= res["env_steps"]
+    assert min(e["learner/policy_version"] for e in later) >= res["version"]
+
+
+@pytest.mark.timeout(900)
+def test_a_killed_shard_is_restarted_from_its_snapshot(resumed_run):
+    run, k = resumed_run["run"], resumed_run["killed"]
+    restarts = [e for e in read_events(run / "logs" / "launcher.jsonl")
+                if e.get("event") == "role_restarted" and e.get("member") == "replay-0"]
+    assert restarts, "the launcher did not restart the killed shard"
+    after = _events(run, "replay-0", "replay_restored")[k["n_restored"]:]
+    assert after and after[0]["size"] >= k["snapshot"]["size"]
+
+
+@pytest.mark.timeout(900)
+def test_the_resumed_job_reaches_its_target(resumed_run):
+    r = resumed_run
+    assert r["rc"] == 0, r["stderr"][-2000:]
+    summary = json.loads((r["run"] / "summary.json").read_text())
+    assert summary["best_eval_return"] >= TARGET, summary
+
+
+@pytest.mark.timeout(900)
+def test_verl_top_shows_every_role_and_rising_env_steps(resumed_run):
+    text = resumed_run["top"]
+    plan = json.loads((resumed_run["run"] / "plan.json").read_text())
+    for p in plan["placements"]:
+        assert p["member_id"] in text, (p["member_id"], text[-3000:])
+    steps = [int(x.replace(",", "")) for x in re.findall(r"env steps ([\d,]+)", text)]
+    assert len(steps) >= 3 and steps[-1] > steps[0], steps
+
+
+@pytest.mark.timeout(900)
+def test_tensorboard_events_hold_the_eval_series(resumed_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tb = resumed_run["run"] / "tb"
+    assert list(tb.glob("events.out.tfevents.*"))
+    ea = EventAccumulator(str(tb))
+    ea.Reload()
+    evals = ea.Scalars("eval/return_mean")
+    assert evals and max(e.value for e in evals) >= TARGET
+    assert [e.step for e in evals] == sorted(e.step for e in evals)
+    assert {"learner/env_steps", "sampler/env_steps_per_s", "replay/size"} <= set(
+        ea.Tags()["scalars"])
+
+
+@pytest.mark.timeout(900)
+def test_verl_plot_draws_two_runs(resumed_run, cartpole_run, tmp_path):
+    out = tmp_path / "curve.png"
+    r = verl("plot", str(resumed_run["run"]), str(cartpole_run["run"]), "-o", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000

@@ -1,0 +1,122 @@
+"""`verl eval | export | serve | top | plot`: operating a run and its result.
+Each command imports what it needs (torch, onnxruntime, rich, matplotlib) itself."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(2)
+
+
+def _policy(checkpoint: str):
+    from .export import load_policy
+
+    try:
+        return load_policy(checkpoint)
+    except Exception as e:  # torch.load alone raises a dozen kinds on a bad file
+        _fail(f"{checkpoint}: cannot load a policy from it: {type(e).__name__}: "
+              f"{str(e).splitlines()[0][:300] if str(e) else ''}")
+
+
+@click.command("eval")
+@click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
+@click.option("--episodes", default=10, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--seed", default=None, type=int, help="First episode's seed (default: the job's).")
+@click.option("--video", "video_dir", default="", help="Record the first episode here.")
+@click.option("--stochastic", is_flag=True, help="Sample actions instead of the mode.")
+def eval_cmd(checkpoint, episodes, seed, video_dir, stochastic):
+    """Evaluate the policy in CHECKPOINT (step_*.pt, latest.pt or best.pt)."""
+    import torch
+
+    from .roles.evaluator import evaluate, video_available
+
+    torch.set_num_threads(1)
+    lp = _policy(checkpoint)
+    if video_dir and not video_available():
+        _fail("--video needs moviepy: pip install moviepy")
+    seed = lp.job.evaluation.seed if seed is None else seed
+    rets = evaluate(lp.algo, lp.job, lp.rms, episodes, seed, not stochastic, video_dir)
+    meta = ", ".join(f"{k} {v}" for k, v in lp.meta.items())
+    click.echo(f"{checkpoint} ({lp.job.algorithm.name} on {lp.job.environment.id}"
+               f"{', ' + meta if meta else ''})")
+    click.echo(f"episodes {episodes}  mean {rets.mean():.2f}  std {rets.std():.2f}  "
+               f"min {rets.min():.2f}  max {rets.max():.2f}")
+
+
+@click.command("export")
+@click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["torchscript", "onnx"]), required=True)
+@click.option("-o", "--output", required=True, help="File to write.")
+def export_cmd(checkpoint, fmt, output):
+    """Write CHECKPOINT's deterministic policy (obs normalisation included) as one file."""
+    import torch
+
+    from .export import export
+
+    torch.set_num_threads(1)
+    _policy(checkpoint)  # a clear error before the exporter's own
+    try:
+        out = export(checkpoint, fmt, output)
+    except ImportError as e:
+        _fail(f"--format {fmt} needs the onnx extra (pip install 'verl-zmq[onnx]'): {e}")
+    click.echo(f"wrote {out} ({fmt}, {out.stat().st_size:,} bytes)")
+
+
+@click.command("serve")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--bind", default="tcp://127.0.0.1:5600", show_default=True)
+@click.option("--report-s", default=10.0, show_default=True,
+              help="Seconds between latency reports in the log.")
+@click.option("--obs-shape", default=None, help="Refuse other shapes, e.g. 4 or 84,84,3.")
+def serve_cmd(model, bind, report_s, obs_shape):
+    """Answer msgpack observation requests with MODEL's actions over ZMQ REP."""
+    from .log import setup_logging
+    from .serve import PolicyServer
+
+    log = setup_logging("serve", "serve")
+    shape = tuple(int(x) for x in obs_shape.split(",")) if obs_shape else None
+    try:
+        server = PolicyServer(model, bind, log, shape, report_s)
+    except Exception as e:  # an unreadable model or a taken address
+        _fail(f"cannot serve {model} on {bind}: {e}")
+
+    def stop(*_):
+        server.stopped = True
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server.serve_forever()
+
+
+@click.command("top")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--refresh", default=0.5, show_default=True, help="Seconds between redraws.")
+@click.option("--once", is_flag=True, help="Print one frame and exit.")
+def top_cmd(run_dir, refresh, once):
+    """A live view of RUN_DIR: every role, its rates, queues, losses and eval return."""
+    from .top import run_top
+
+    run_top(Path(run_dir), refresh, once)
+
+
+@click.command("plot")
+@click.argument("run_dirs", nargs=-1, required=True,
+                type=click.Path(exists=True, file_okay=False))
+@click.option("-o", "--output", default="curve.png", show_default=True)
+def plot_cmd(run_dirs, output):
+    """Eval and training return against env steps and wall time, runs overlaid."""
+    try:
+        from .plot import plot_runs
+    except ImportError as e:
+        _fail(f"verl plot needs matplotlib (pip install 'verl-zmq[plot]'): {e}")
+    out = plot_runs([Path(d) for d in run_dirs], Path(output))
+    click.echo(f"wrote {out}")
+
+
+COMMANDS = [eval_cmd, export_cmd, serve_cmd, top_cmd, plot_cmd]

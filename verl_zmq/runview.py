@@ -1,0 +1,87 @@
+"""What a run folder's logs say about the run, followed incrementally: each
+member's state and latest metrics, the env-step count, the eval history. The
+dashboard, the plots and the TensorBoard writer all read a run through this."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .logview import _Tail
+
+STEP_KEYS = ("learner/env_steps", "peer/env_steps")
+
+
+@dataclass
+class MemberView:
+    """One member as its log shows it."""
+
+    id: str
+    role: str = "?"
+    state: str = "starting"
+    last_ts: float = 0.0
+    metrics: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunView:
+    """Follows every `logs/*.jsonl` of a run folder; call `poll()` to read new lines."""
+
+    run_dir: Path
+    members: dict[str, MemberView] = field(default_factory=dict)
+    env_steps: int = 0
+    first_ts: float | None = None
+    evals: list[tuple[int, float, float]] = field(default_factory=list)  # steps, ret, ts
+    train: list[tuple[int, float, float]] = field(default_factory=list)  # steps, ret, ts
+    finished: bool = False
+    _tails: dict[Path, _Tail] = field(default_factory=dict)
+
+    def poll(self) -> list[dict]:
+        """Read what was appended since the last call; returns the new events by time."""
+        for p in sorted((self.run_dir / "logs").glob("*.jsonl")):
+            if p.stem != "launcher":
+                self._tails.setdefault(p, _Tail(p))
+        new = [e for t in self._tails.values() for e in t.read()]
+        new.sort(key=lambda e: e["ts"] if isinstance(e.get("ts"), int | float) else 0.0)
+        for ev in new:
+            self._take(ev)
+        return new
+
+    def _take(self, ev: dict) -> None:
+        mid, name = ev.get("id"), ev.get("event")
+        if not isinstance(mid, str):
+            return
+        ts = ev["ts"] if isinstance(ev.get("ts"), int | float) else 0.0
+        if ts and name == "role_started":
+            self.first_ts = ts if self.first_ts is None else min(self.first_ts, ts)
+        m = self.members.setdefault(mid, MemberView(mid))
+        m.role = ev.get("role", m.role)
+        m.last_ts = max(m.last_ts, ts)
+        if name == "role_started":
+            m.state = "running"
+        elif name == "role_stopped":
+            m.state = "stopped" if ev.get("exit_code") == 0 else f"exit {ev.get('exit_code')}"
+        elif name == "task_failed":
+            m.state = "failed"
+        elif name == "metrics":
+            m.metrics = ev
+            for k in STEP_KEYS:
+                if isinstance(ev.get(k), int | float):
+                    self.env_steps = max(self.env_steps, int(ev[k]))
+            r = ev.get("learner/episode_return_mean", ev.get("peer/episode_return_mean"))
+            if isinstance(r, int | float):
+                self.train.append((self.env_steps, float(r), ts))
+        elif name == "evaluated" and isinstance(ev.get("eval/return_mean"), int | float):
+            self.evals.append((int(ev.get("env_steps", 0)), float(ev["eval/return_mean"]), ts))
+        elif name == "training_finished":
+            self.finished = True
+
+    def age(self, m: MemberView, now: float | None = None) -> float:
+        """Seconds since the member last logged (metrics come every logging interval)."""
+        return (now or time.time()) - m.last_ts if m.last_ts else float("inf")
+
+    def rate(self, role: str, key: str) -> float:
+        """The sum over running members of `role` of their latest `key`."""
+        return sum(float(m.metrics.get(key, 0.0)) for m in self.members.values()
+                   if m.role == role and m.state == "running")

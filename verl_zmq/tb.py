@@ -1,0 +1,91 @@
+"""TensorBoard event files for a run, written from its logs (the `tensorboard`
+extra; no torch or TensorFlow needed): learner, evaluator and peer metrics as
+scalars under their own `role/name` keys, samplers' and shards' metrics
+aggregated over their members (rates summed, the rest averaged), all against
+env steps; the resolved job as text. The launcher runs one beside the job."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .runview import RunView
+
+SUMMED = ("_per_s", "/env_steps", "/fragments", "/inserts", "/served", "/transitions")
+PER_MEMBER = ("learner", "evaluator", "peer")
+AGGREGATED = ("sampler", "replay")
+
+
+def available() -> bool:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class TBWriter:
+    """Follows a run folder's logs and appends what is new to `tb/`."""
+
+    def __init__(self, run_dir: Path, job_text: str = ""):
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self.view = RunView(run_dir)
+        self.writer = EventFileWriter(str(run_dir / "tb"))
+        self.latest: dict[str, dict[str, dict]] = {r: {} for r in AGGREGATED}
+        if job_text:
+            self._text("job", f"```toml\n{job_text}\n```")
+
+    def poll(self) -> None:
+        changed: set[str] = set()
+        for ev in self.view.poll():
+            name, role = ev.get("event"), ev.get("role")
+            if name == "evaluated" and isinstance(ev.get("eval/return_mean"), int | float):
+                step = int(ev.get("env_steps", self.view.env_steps))
+                for k in ("eval/return_mean", "eval/return_std"):
+                    self._scalar(k, ev.get(k), step, ev.get("ts"))
+            elif name == "metrics" and role in PER_MEMBER:
+                prefix = f"{ev.get('id')}/" if role == "peer" else ""
+                for k, v in ev.items():
+                    if "/" in k and not k.startswith("eval/"):
+                        self._scalar(prefix + k, v, self.view.env_steps, ev.get("ts"))
+            elif name == "metrics" and role in AGGREGATED:
+                self.latest[role][ev.get("id")] = ev
+                changed.add(role)
+        for role in changed:
+            self._aggregate(role)
+        self.writer.flush()
+
+    def _aggregate(self, role: str) -> None:
+        members = list(self.latest[role].values())
+        keys = {k for m in members for k, v in m.items()
+                if "/" in k and isinstance(v, int | float) and not isinstance(v, bool)}
+        for k in sorted(keys):
+            vals = [float(m[k]) for m in members if isinstance(m.get(k), int | float)]
+            v = sum(vals) if k.endswith(SUMMED) else sum(vals) / len(vals)
+            self._scalar(k, v, self.view.env_steps, None)
+
+    def _scalar(self, tag: str, value, step: int, ts) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+        self.writer.add_event(Event(wall_time=ts or time.time(), step=step, summary=summary))
+
+    def _text(self, tag: str, text: str) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+        from tensorboard.compat.proto.tensor_pb2 import TensorProto
+        from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+
+        meta = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+        tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()],
+                             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
+        self.writer.add_event(Event(wall_time=time.time(), step=0, summary=Summary(
+            value=[Summary.Value(tag=tag, metadata=meta, tensor=tensor)])))
+
+    def close(self) -> None:
+        self.poll()
+        self.writer.close()

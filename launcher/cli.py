@@ -75,6 +75,9 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir):
     else:
         rd = Path(run_dir) if run_dir else (Path(job.experiment.runs_dir) / job.experiment.name
                                             / time.strftime("%Y%m%d-%H%M%S"))
+        if (rd / "plan.json").exists():  # its checkpoints would be picked up silently
+            _bad(f"run folder {rd} already holds a run: continue it with --resume {rd}, "
+                 f"or choose another --run-dir")
     if dry_run:
         print_plan(plan, job, rd.resolve())
         return

@@ -3,11 +3,8 @@ through and the server logs the refusal."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import zmq
-import zmq.asyncio
 
 from tests.conftest import read_events, wait_for
 from tests.test_registry import Cluster
@@ -16,20 +13,26 @@ from verl_zmq.transport import CurveKeys, curve_enabled
 from verl_zmq.versions import local_versions
 
 
-async def _try_register(endpoint: str, server_public: str, client: tuple[str, str] | None,
-                        timeout: float) -> wire.Message | None:
-    ctx = zmq.asyncio.Context()
+def _try_register(endpoint: str, server_public: str, client: tuple[str, str] | None,
+                  timeout: float) -> wire.Message | None:
+    # a plain blocking socket with timeouts on both sides of the exchange
+    ctx = zmq.Context()
     try:
         s = ctx.socket(zmq.DEALER)
         s.linger = 0
+        # a refused handshake leaves the DEALER with no peer: send would block for ever
+        s.sndtimeo = int(timeout * 1000)
         if client is not None:
             s.curve_serverkey = server_public.encode()
             s.curve_publickey, s.curve_secretkey = (k.encode() for k in client)
         s.connect(endpoint)
         member = wire.Member(id="intruder", role="replay", versions=local_versions())
-        await s.send_multipart(wire.encode(wire.Register(src="intruder", member=member)))
-        if await s.poll(timeout * 1000):
-            return wire.decode(await s.recv_multipart())
+        try:
+            s.send_multipart(wire.encode(wire.Register(src="intruder", member=member)))
+        except zmq.Again:  # no connection was ever admitted
+            return None
+        if s.poll(int(timeout * 1000)):
+            return wire.decode(s.recv_multipart())
         return None
     finally:
         ctx.destroy(linger=0)
@@ -47,14 +50,14 @@ def test_curve_admits_only_the_jobs_key(tmp_path, ports):
         p = c.start_with_args("registry", "registry", ["--keys", str(key_file)])
         wait_for(lambda: c.events("registry", "role_started"), 20, what="registry up")
         stranger = zmq.curve_keypair()
-        got = asyncio.run(_try_register(c.registry, keys.public,
-                                        (stranger[0].decode(), stranger[1].decode()), 2.0))
+        got = _try_register(c.registry, keys.public,
+                            (stranger[0].decode(), stranger[1].decode()), 2.0)
         assert got is None
-        plain = asyncio.run(_try_register(c.registry, keys.public, None, 1.0))
+        plain = _try_register(c.registry, keys.public, None, 1.0)
         assert plain is None
         wait_for(lambda: c.events("registry", "auth_denied"), 5, what="refusal logged")
         assert not c.events("registry", "member_joined")
-        ok = asyncio.run(_try_register(c.registry, keys.public, (keys.public, keys.secret), 5.0))
+        ok = _try_register(c.registry, keys.public, (keys.public, keys.secret), 5.0)
         assert isinstance(ok, wire.RegisterReply) and ok.ok
         assert [e["member"] for e in c.events("registry", "member_joined")] == ["intruder"]
         assert p.poll() is None

@@ -121,3 +121,15 @@ def test_launcher_refuses_a_bad_env_before_starting_any_role(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "closest registered ids: CartPole-v1" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "run" / "logs").exists()
+
+
+def test_launcher_refuses_a_used_run_folder_without_resume(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "plan.json").write_text("{}")
+    r = launch("local", str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(run), timeout=60)
+    assert r.returncode == 2 and "--resume" in r.stderr, r.stderr
+    assert not (run / "logs").exists()
+    r = launch("local", str(CONFIGS / "cartpole_ppo.toml"), "--resume", str(tmp_path / "none"),
+               timeout=60)
+    assert r.returncode == 2 and "no plan.json" in r.stderr, r.stderr

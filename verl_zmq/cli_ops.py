@@ -100,6 +100,10 @@ def serve_cmd(model, bind, report_s, obs_shape):
 @click.option("--once", is_flag=True, help="Print one frame and exit.")
 def top_cmd(run_dir, refresh, once):
     """A live view of RUN_DIR: every role, its rates, queues, losses and eval return."""
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        _fail("verl top needs rich (pip install 'verl-zmq[dashboard]')")
     from .top import run_top
 
     run_top(Path(run_dir), refresh, once)

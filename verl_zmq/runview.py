@@ -33,9 +33,10 @@ class RunView:
     env_steps: int = 0
     first_ts: float | None = None
     evals: list[tuple[int, float, float]] = field(default_factory=list)  # steps, ret, ts
-    train: list[tuple[int, float, float]] = field(default_factory=list)  # steps, ret, ts
+    train: list[tuple[int, float, float]] = field(default_factory=list)  # sampler returns
     finished: bool = False
     _tails: dict[Path, _Tail] = field(default_factory=dict)
+    _sampler_returns: dict[str, float] = field(default_factory=dict)
 
     def poll(self) -> list[dict]:
         """Read what was appended since the last call; returns the new events by time."""
@@ -69,11 +70,15 @@ class RunView:
             for k in STEP_KEYS:
                 if isinstance(ev.get(k), int | float):
                     self.env_steps = max(self.env_steps, int(ev[k]))
-            r = ev.get("learner/episode_return_mean", ev.get("peer/episode_return_mean"))
-            if isinstance(r, int | float):
-                self.train.append((self.env_steps, float(r), ts))
+            # training return as the samplers see it: every algorithm has it
+            r = ev.get("sampler/episode_return_mean")
+            if isinstance(r, int | float) and self.env_steps > 0:
+                self._sampler_returns[mid] = float(r)  # mean over samplers, latest each
+                vals = self._sampler_returns.values()
+                self.train.append((self.env_steps, sum(vals) / len(vals), ts))
         elif name == "evaluated" and isinstance(ev.get("eval/return_mean"), int | float):
             self.evals.append((int(ev.get("env_steps", 0)), float(ev["eval/return_mean"]), ts))
+            self.env_steps = max(self.env_steps, self.evals[-1][0])  # fresher than metrics
         elif name == "training_finished":
             self.finished = True
 

@@ -34,7 +34,7 @@ def _row_values(role: str, m: dict) -> list[str]:
         _num(m, f"{role}/env_steps_per_s"),
         _num(m, "replay/size", "sampler/fragments_in_flight", "learner/pending_steps"),
         _num(m, "learner/policy_lag_mean", "peer/policy_lag_mean", fmt="{:.2f}"),
-        _num(m, "losses/policy_loss", "losses/q_loss", "losses/loss", fmt="{:.3g}"),
+        _num(m, "losses/policy_loss", "losses/td_loss", "losses/q_loss", fmt="{:.3g}"),
         _num(m, "losses/entropy", "losses/alpha", fmt="{:.3f}"),
         _num(m, "losses/grad_norm", fmt="{:.3g}"),
     ]
@@ -47,8 +47,9 @@ def render(view: RunView):
     from rich.text import Text
 
     now = time.time()
-    end = max((m.last_ts for m in view.members.values()), default=now) if view.finished \
-        else now
+    ended = view.finished or (view.members and all(
+        m.state != "running" for m in view.members.values()))
+    end = max((m.last_ts for m in view.members.values()), default=now) if ended else now
     elapsed = end - view.first_ts if view.first_ts else 0.0
     rate = view.rate("learner", "learner/env_steps_per_s") or view.rate(
         "peer", "peer/env_steps_per_s")
@@ -56,7 +57,7 @@ def render(view: RunView):
     head = Text()
     head.append(f"{view.run_dir}\n", style="bold")
     head.append(f"env steps {view.env_steps:,}  ({rate:,.0f}/s)  elapsed {elapsed:,.0f}s  ")
-    head.append("finished\n" if view.finished else "\n")
+    head.append("ended\n" if ended else "\n")
     if evals:
         head.append(f"eval return {evals[-1]:.1f} (best {max(evals):.1f})  ")
         head.append(sparkline(evals), style="green")

@@ -20,7 +20,7 @@ from .plan import Plan
 from .remote import RoleProcess, full_argv, make_bundle
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-VITAL = ("registry", "learner", "peer")
+VITAL = ("registry", "learner")  # DAPO has no centre: only losing every peer fails it
 
 
 class Progress:
@@ -160,7 +160,11 @@ class Supervisor:
             self.failed.append(p.member_id)
             self.log.error("role_failed", member=p.member_id, member_role=p.role, exit_code=rc,
                            last_error=tail)
-            if p.role in VITAL or rc == 2:
+            peers = [r for r in self.procs if r.placement.role == "peer"]
+            all_peers_lost = p.role == "peer" and all(r.placement.member_id in self.failed
+                                                      for r in peers)
+            if (p.role in VITAL and self.job.algorithm.name != "dapo") or all_peers_lost \
+                    or rc == 2:
                 self.outcome = EXIT_FAILED
                 self.stopping = True
                 self.wake.set()
@@ -172,7 +176,10 @@ class Supervisor:
             by_role.setdefault(rp.placement.role, []).append(rp)
         reg_done = all(rp.exit_code == 0 for rp in by_role.get("registry", []))
         trainers = by_role.get("learner", []) + by_role.get("peer", [])
-        return reg_done or (trainers and all(rp.exit_code == 0 for rp in trainers))
+        # done when every trainer has exited cleanly or failed for good, one cleanly
+        ended = [rp.exit_code == 0 or rp.placement.member_id in self.failed for rp in trainers]
+        clean = any(rp.exit_code == 0 for rp in trainers)
+        return reg_done or bool(trainers and all(ended) and clean)
 
     async def _progress_loop(self) -> None:
         tty = self.console.isatty()

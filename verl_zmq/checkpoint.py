@@ -22,9 +22,8 @@ def load(path: str | Path, device: str = "cpu") -> dict:
     return torch.load(path, map_location=device, weights_only=True)
 
 
-def write_checkpoint(run_dir: Path, env_steps: int, state: dict, keep: int) -> Path:
-    """checkpoints/step_<n>.pt and latest.pt; prune old step files to `keep`."""
-    d = run_dir / "checkpoints"
+def write_checkpoint(d: Path, env_steps: int, state: dict, keep: int) -> Path:
+    """<d>/step_<n>.pt and latest.pt; prune old step files to `keep`."""
     path = d / f"step_{env_steps}.pt"
     save_atomic(state, path)
     save_atomic(state, d / "latest.pt")

@@ -83,7 +83,11 @@ class EvaluatorRole(Role):
         self.sub = self.ctx.transport.connect(zmq.SUB, hwm=4)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.learners: dict[str, str] = {}
-        self.next_at = 0
+        # per trainer (a learner, or each DAPO peer): when next, reached, finished
+        self.next_at: dict[str, int] = {}
+        self.reached: set[str] = set()
+        self.finals: set[str] = set()
+        self.trainers: set[str] = set()
         self.best = self._best_so_far()
         self.last: dict[str, float] = {}
         self.evaluations = 0
@@ -105,45 +109,70 @@ class EvaluatorRole(Role):
 
     def on_membership(self, members) -> None:
         super().on_membership(members)
+        # a learner of our group; every DAPO peer, whatever its group
         wanted = {m.id: m.endpoints.get("params", "") for m in members.values()
-                  if m.group == self.ctx.group and m.role in ("learner", "peer")}
+                  if (m.group == self.ctx.group and m.role == "learner") or m.role == "peer"}
         reconnect(self.sub, self.learners, wanted, self.log, "learner")
+        self.trainers = set(wanted)
 
-    async def _latest(self) -> wire.Params:
-        """Block for params, then drain the queue and keep the newest."""
+    async def _latest(self) -> list[wire.Params]:
+        """Block for params, then drain the queue: the newest of each sender."""
         _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
-        while await self.sub.poll(0):
-            _, nxt = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
-            if nxt is not None and (msg is None or nxt.version >= msg.version or nxt.final):
-                msg = nxt
-        return msg
+        newest: dict[str, wire.Params] = {}
+        while True:
+            if msg is not None:
+                cur = newest.get(msg.src)
+                if cur is None or msg.version >= cur.version or msg.final:
+                    newest[msg.src] = msg
+            if not await self.sub.poll(0):
+                return list(newest.values())
+            _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
+
+    def _all(self, done: set[str]) -> bool:
+        """Every trainer still in the job is in `done` (a dead peer does not block the end)."""
+        live = self.trainers or done
+        return bool(done) and live <= done
 
     async def run(self) -> None:
         E = self.job.evaluation
         while True:
-            msg = await self._latest()
-            if msg is None or (msg.env_steps < self.next_at and not msg.final):
-                continue
-            try:
-                self.algo.load_policy_arrays(msg.arrays)
-            except ValueError as e:
-                self.wire_stats.reject(msg.src, wire.WireError(f"params do not fit: {e}"))
-                continue
-            if self.rms is not None:
-                self.rms.load_arrays(msg.arrays)
-            self.next_at = (msg.env_steps // E.interval_steps + 1) * E.interval_steps
-            rets = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
-                                           E.n_eval_episodes, E.seed, E.deterministic,
-                                           self.video_dir, f"eval-{msg.env_steps}")
-            await self._report(msg, rets)
-            if E.stop_at_return is not None and rets.mean() >= E.stop_at_return:
-                self.log.info("target_reached", **{"eval/return_mean": float(rets.mean())},
-                              target=E.stop_at_return, env_steps=msg.env_steps)
+            for msg in await self._latest():
+                if await self._evaluate(msg, E):
+                    return
+
+    async def _evaluate(self, msg: wire.Params, E) -> bool:
+        """Evaluate one sender's params when due; True when the job should end."""
+        src = msg.src
+        if msg.env_steps < self.next_at.get(src, 0) and not msg.final:
+            return False
+        if msg.final and src in self.finals:
+            return False
+        try:
+            self.algo.load_policy_arrays(msg.arrays)
+        except ValueError as e:
+            self.wire_stats.reject(src, wire.WireError(f"params do not fit: {e}"))
+            return False
+        if self.rms is not None:
+            self.rms.load_arrays(msg.arrays)
+        self.next_at[src] = (msg.env_steps // E.interval_steps + 1) * E.interval_steps
+        rets = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
+                                       E.n_eval_episodes, E.seed, E.deterministic,
+                                       self.video_dir, f"eval-{msg.env_steps}")
+        await self._report(msg, rets)
+        if E.stop_at_return is not None and rets.mean() >= E.stop_at_return:
+            self.reached.add(src)
+            self.log.info("target_reached", **{"eval/return_mean": float(rets.mean())},
+                          target=E.stop_at_return, env_steps=msg.env_steps, member=src,
+                          reached=len(self.reached), trainers=len(self.trainers))
+            if self._all(self.reached):
                 await self.job_shutdown("target_reached")
-                return
-            if msg.final:
+                return True
+        if msg.final:
+            self.finals.add(src)
+            if self._all(self.finals | self.reached):
                 await self.job_shutdown("training_finished")
-                return
+                return True
+        return False
 
     async def _report(self, msg: wire.Params, rets: np.ndarray) -> None:
         self.evaluations += 1
@@ -152,7 +181,8 @@ class EvaluatorRole(Role):
                      "eval/return_min": float(rets.min()), "eval/return_max": float(rets.max())}
         best = mean > self.best
         self.log.info("evaluated", env_steps=msg.env_steps, version=msg.version,
-                      episodes=len(rets), final=msg.final, best=best, **self.last)
+                      episodes=len(rets), final=msg.final, best=best, member=msg.src,
+                      **self.last)
         if best:
             self.best = mean
             state = policy_state(

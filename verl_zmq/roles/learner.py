@@ -79,7 +79,8 @@ class LearnerRole(Role):
 
     async def setup(self) -> None:
         job = self.job
-        torch.set_num_threads(job.resources.learner.cpu or job.training.torch_threads)
+        res = getattr(job.resources, self.name)
+        torch.set_num_threads(res.cpu or job.training.torch_threads)
         torch.manual_seed(job.experiment.seed)
         np.random.seed(job.experiment.seed)
         self.spec = env_spec(job.environment)
@@ -122,7 +123,7 @@ class LearnerRole(Role):
                 "numpy_rng": json.dumps(self.rng.bit_generator.state)}
 
     def _resume(self) -> None:
-        path = Path(self.ctx.run_dir) / "checkpoints" / "latest.pt"
+        path = self.checkpoint_dir() / "latest.pt"
         if not path.exists():
             return
         state = load_checkpoint(path, self.job.training.device)
@@ -138,8 +139,11 @@ class LearnerRole(Role):
         self.log.info("resumed", checkpoint=str(path), env_steps=self.env_steps,
                       version=self.version, updates=self.algo.updates)
 
+    def checkpoint_dir(self) -> Path:
+        return Path(self.ctx.run_dir) / "checkpoints"
+
     def _checkpoint(self) -> None:
-        path = write_checkpoint(Path(self.ctx.run_dir), self.env_steps, self._ckpt_state(),
+        path = write_checkpoint(self.checkpoint_dir(), self.env_steps, self._ckpt_state(),
                                 self.job.checkpoint.keep)
         self.log.info("checkpoint_saved", path=str(path), env_steps=self.env_steps,
                       version=self.version)
@@ -265,6 +269,7 @@ class LearnerRole(Role):
             self.version += 1
             self.log.debug("updated", version=self.version, steps=int(batch["reward"].size),
                            learn_s=round(time.monotonic() - t0, 4), pending=self.pending_steps)
+            await self.after_update()
             if self.version % self.job.training.sync_interval_updates == 0:
                 await self.publish()
             if self.env_steps >= self.next_ckpt:
@@ -367,6 +372,9 @@ class LearnerRole(Role):
             return []
         return [a for _, a, _ in out]
 
+    async def after_update(self) -> None:
+        """Called after each on-policy update (peers gossip and mix here)."""
+
     async def teardown(self) -> None:
         """Stopped before the end (SIGTERM, job shutdown): keep where training got to."""
         if not self.finished and self.algo.updates > 0:
@@ -410,18 +418,19 @@ class LearnerRole(Role):
         t, steps, upd = self._rate
         dt = max(now - t, 1e-9)
         self._rate = (now, self.env_steps, self.algo.updates)
-        out = {"learner/env_steps": self.env_steps, "learner/updates": self.algo.updates,
-               "learner/policy_version": self.version,
-               "learner/fragments_dropped": self.dropped,
-               "learner/fragments_rejected": self.rejected,
-               "learner/env_steps_per_s": round((self.env_steps - steps) / dt, 1),
-               "learner/updates_per_s": round((self.algo.updates - upd) / dt, 3),
-               "learner/learn_s": round(self.learn_s, 3),
-               "learner/shards": len(self.dealers)}
+        r = self.name
+        out = {f"{r}/env_steps": self.env_steps, f"{r}/updates": self.algo.updates,
+               f"{r}/policy_version": self.version,
+               f"{r}/fragments_dropped": self.dropped,
+               f"{r}/fragments_rejected": self.rejected,
+               f"{r}/env_steps_per_s": round((self.env_steps - steps) / dt, 1),
+               f"{r}/updates_per_s": round((self.algo.updates - upd) / dt, 3),
+               f"{r}/learn_s": round(self.learn_s, 3),
+               f"{r}/shards": len(self.dealers)}
         if self.lags:
-            out["learner/policy_lag_mean"] = round(float(np.mean(self.lags)), 3)
+            out[f"{r}/policy_lag_mean"] = round(float(np.mean(self.lags)), 3)
         if self.returns:
-            out["learner/episode_return_mean"] = round(float(np.mean(self.returns)), 3)
+            out[f"{r}/episode_return_mean"] = round(float(np.mean(self.returns)), 3)
         out.update({k: round(float(v), 6) for k, v in self.last_metrics.items()})
         return out
 

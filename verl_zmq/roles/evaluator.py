@@ -129,9 +129,18 @@ class EvaluatorRole(Role):
             _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
 
     def _all(self, done: set[str]) -> bool:
-        """Every trainer still in the job is in `done` (a dead peer does not block the end)."""
+        """Every trainer still in the job is in `done` (a dead peer cannot block the end)."""
         live = self.trainers or done
         return bool(done) and live <= done
+
+    def _all_reached(self) -> bool:
+        """Every trainer of the job reached the target: for DAPO every one of its
+        `launch.peers` peers, so a peer lost for a while (or joining late) must
+        reach it too; without it the job ends when the others finish training."""
+        if self.job.algorithm.name == "dapo":
+            everyone = {f"peer-{i}" for i in range(max(1, self.job.launch.peers))}
+            return (everyone | self.trainers) <= self.reached
+        return self._all(self.reached)
 
     async def run(self) -> None:
         E = self.job.evaluation
@@ -164,7 +173,7 @@ class EvaluatorRole(Role):
             self.log.info("target_reached", **{"eval/return_mean": float(rets.mean())},
                           target=E.stop_at_return, env_steps=msg.env_steps, member=src,
                           reached=len(self.reached), trainers=len(self.trainers))
-            if self._all(self.reached):
+            if self._all_reached():
                 await self.job_shutdown("target_reached")
                 return True
         if msg.final:

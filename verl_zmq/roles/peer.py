@@ -58,9 +58,11 @@ class PeerRole(LearnerRole):
         self.round = 0
         self.last_round = self.last_sync = 0
         self.stats = dict.fromkeys(("exchanges", "pulls", "pulls_skipped", "mixes", "adopted",
-                                    "refused", "timeouts", "stale_dropped"), 0)
+                                    "refused", "timeouts", "stale_dropped",
+                                    "uninformative_dropped"), 0)
         self._fp_cache: tuple[int, str] = (-1, "")
         self._registry_peers: dict[str, wire.Member] = {}
+        self.bootstrapped = asyncio.Event()
 
     def checkpoint_dir(self) -> Path:
         # peers of one job may share a host and a run folder: one folder each
@@ -280,8 +282,8 @@ class PeerRole(LearnerRole):
         if not fresh:
             return
         own = self._own()
-        if self.algo.updates < G.update_interval:
-            # barely started (a late joiner): take the best neighbour's params outright
+        if self.algo.updates == 0:
+            # nothing learnt yet (a late joiner): take the best neighbour's params outright
             new, how = fresh[0].arrays, "adopted"
             weights, rate = np.ones(1), 1.0
         else:
@@ -308,19 +310,56 @@ class PeerRole(LearnerRole):
             await self.publish()
 
     async def _bootstrap(self) -> None:
-        """At start, before any local update: one round, so a late joiner adopts the
-        others' parameters at once instead of training from scratch."""
-        deadline = time.monotonic() + 2 * self._timeout()
-        while not self.peers and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-        if not self.peers or self.algo.updates > 0:
-            return
-        self._start_round()
-        while self.busy and time.monotonic() < deadline + self._timeout():
-            await asyncio.sleep(0.1)
-        if len(self.queue) and self.algo.updates < self.job.gossip.update_interval:
-            self._mix()
-            await self.publish()
+        """Before any local update: one round, so that a late joiner adopts the
+        others' parameters instead of training from scratch. (At a job's start every
+        peer holds the same initial parameters: those pulls are skipped.)"""
+        try:
+            deadline = time.monotonic() + 2 * self._timeout()
+            while not self.peers and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            if not self.peers:
+                return
+            self._start_round()
+            deadline = time.monotonic() + 1.5 * self._timeout()
+            while self.busy and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if len(self.queue):
+                self._mix()
+                await self.publish()
+        finally:
+            self.bootstrapped.set()
+
+    async def _train_loop(self) -> None:
+        await self.bootstrapped.wait()
+        await super()._train_loop()
+
+    # -- dynamic sampling -----------------------------------------------------------------
+
+    async def _next_batch(self) -> list[dict]:
+        """With `dynamic_sampling`: fragments with no learning signal (every advantage
+        within the tolerance of zero) are dropped and the batch is refilled from the
+        queue, drawing at most `max_fill_batches` batches in all."""
+        frags = await super()._next_batch()
+        p = self.algo.params
+        if not frags or not getattr(p, "dynamic_sampling", False):
+            return frags
+        kept = [f for f in frags if self.algo.informative(f)]
+        drawn, draws = len(frags), 1
+        while sum(int(f["reward"].size) for f in kept) < p.batch_size \
+                and draws < p.max_fill_batches:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._timeout()):
+                    while self.pending_steps < p.batch_size:
+                        self.data_ready.clear()
+                        await self.data_ready.wait()
+            more = await super()._next_batch()
+            if not more:
+                break
+            draws += 1
+            drawn += len(more)
+            kept += [f for f in more if self.algo.informative(f)]
+        self.stats["uninformative_dropped"] += drawn - len(kept)
+        return kept
 
     # -- lifecycle ----------------------------------------------------------------------
 

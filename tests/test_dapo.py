@@ -1,0 +1,134 @@
+"""Decentralised DAPO end to end, on one live 4-peer CartPole job shared by every
+check: gossip rounds, skipped pulls and mixes in the logs; peer-3 killed with -9
+(no restart) and dropped by the others within heartbeat x liveness + slack; a
+peer-3 started late by hand adopts its neighbours' parameters within two gossip
+rounds and then contributes; every peer reaches 475."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import CONFIGS, PY, ROOT, free_port_range, kill_tree, read_events, wait_for
+
+TARGET = 475.0
+SLACK_S = 4.0
+
+
+def _ev(path, name=None):
+    return [e for e in read_events(path) if name is None or e.get("event") == name]
+
+
+@pytest.fixture(scope="module")
+def dapo_run(tmp_path_factory):
+    base = tmp_path_factory.mktemp("dapo")
+    run, late_dir = base / "run", base / "late"
+    late_dir.mkdir()
+    lo, hi = free_port_range()
+    proc = subprocess.Popen(
+        [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"),
+         str(CONFIGS / "cartpole_dapo.toml"), "--run-dir", str(run),
+         "--set", f"launch.port_range=[{lo}, {hi}]",
+         "--set", f"evaluation.stop_at_return={TARGET}",
+         "--set", "launch.max_restarts_per_role={peer = 0}"],  # peer-3 stays dead
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    logs = run / "logs"
+    late = None
+    info: dict = {}
+    try:
+        wait_for(lambda: all(len(_ev(logs / f"peer-{i}.jsonl", "gossip_round")) >= 3
+                             for i in range(4)), 240, what="three gossip rounds on every peer")
+        pid = [e["pid"] for e in _ev(logs / "launcher.jsonl", "role_started")
+               if e.get("member") == "peer-3"][-1]
+        os.kill(pid, signal.SIGKILL)
+        info["killed_at"] = time.time()
+
+        def dropped():
+            out = {}
+            for i in range(3):
+                d = [e for e in _ev(logs / f"peer-{i}.jsonl", "neighbour_dropped")
+                     if e["member"] == "peer-3" and e["ts"] >= info["killed_at"]]
+                if not d:
+                    return None
+                out[i] = d[0]
+            return out
+        info["dropped"] = wait_for(dropped, 60, what="peers 0-2 dropping peer-3")
+        time.sleep(2.0)  # some rounds while peer-3 is gone
+        plan = json.loads((run / "plan.json").read_text())
+        info["late_at"] = time.time()
+        with open(late_dir / "peer-3.err", "w") as err:
+            late = subprocess.Popen(
+                [PY, "-m", "verl_zmq.cli", "role", "peer", "--job", str(run / "job.toml"),
+                 "--registry", plan["registry"], "--id", "peer-3", "--group", "peer3",
+                 "--run-dir", str(late_dir), "--log-file", str(late_dir / "peer-3.jsonl")],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        out, errtext = proc.communicate(timeout=600)
+        late.wait(60)
+    finally:
+        kill_tree(proc)
+        if late is not None:
+            kill_tree(late)
+    return {"run": run, "late": late_dir, "rc": proc.returncode, "stderr": errtext,
+            "late_rc": late.returncode if late else None, **info}
+
+
+@pytest.mark.timeout(900)
+def test_logs_show_rounds_skipped_pulls_and_mixes(dapo_run):
+    logs = dapo_run["run"] / "logs"
+    peers = [logs / f"peer-{i}.jsonl" for i in range(3)] + [dapo_run["late"] / "peer-3.jsonl"]
+    for p in peers:
+        assert _ev(p, "gossip_round") and _ev(p, "gossip_params_received"), p
+        assert _ev(p, "gossip_mix_applied"), p
+    assert sum(len(_ev(p, "gossip_pull_skipped")) for p in peers) >= 1
+    for p in peers[:3]:  # a round starts at most k exchanges, to distinct live neighbours
+        for e in _ev(p, "gossip_round"):
+            assert e["exchanges"] <= 2 and len(set(e["neighbours"])) == e["exchanges"]
+
+
+@pytest.mark.timeout(900)
+def test_killed_peer_is_dropped_within_liveness_and_not_chosen(dapo_run):
+    logs = dapo_run["run"] / "logs"
+    job = (dapo_run["run"] / "job.toml").read_text()
+    assert "heartbeat_interval_s = 1.0" in job and "heartbeat_liveness = 3" in job
+    for i, d in dapo_run["dropped"].items():
+        assert d["ts"] - dapo_run["killed_at"] <= 1.0 * 3 + SLACK_S, (i, d)
+        rounds = [e for e in _ev(logs / f"peer-{i}.jsonl", "gossip_round")
+                  if d["ts"] < e["ts"] < dapo_run["late_at"]]
+        assert all("peer-3" not in e["neighbours"] for e in rounds), rounds
+
+
+@pytest.mark.timeout(900)
+def test_late_peer_adopts_within_two_rounds_then_contributes(dapo_run):
+    late = dapo_run["late"] / "peer-3.jsonl"
+    evs = read_events(late)
+    mixes = [e for e in evs if e.get("event") == "gossip_mix_applied"]
+    assert mixes and mixes[0]["how"] == "adopted", mixes[:2]
+    rounds_before = [e for e in evs if e.get("event") == "gossip_round"
+                     and e["ts"] <= mixes[0]["ts"]]
+    assert 1 <= len(rounds_before) <= 2
+    assert mixes[-1]["updates"] > 0  # it trains on its own group's data
+    # the others pull its parameters after it joined
+    logs = dapo_run["run"] / "logs"
+    got = [e for i in range(3) for e in _ev(logs / f"peer-{i}.jsonl", "gossip_params_received")
+           if e["member"] == "peer-3" and e["ts"] > dapo_run["late_at"]]
+    assert got
+    assert dapo_run["late_rc"] == 0  # stopped by the job's shutdown, cleanly
+
+
+@pytest.mark.timeout(900)
+def test_every_peer_reaches_the_target(dapo_run):
+    assert dapo_run["rc"] == 0, dapo_run["stderr"][-3000:]
+    ev = _ev(dapo_run["run"] / "logs" / "evaluator-0.jsonl", "evaluated")
+    best = {}
+    for e in ev:
+        best[e["member"]] = max(best.get(e["member"], -1e9), e["eval/return_mean"])
+    assert set(best) == {f"peer-{i}" for i in range(4)}, best
+    assert all(v >= TARGET for v in best.values()), best
+    late_evals = [e for e in ev if e["member"] == "peer-3" and e["ts"] > dapo_run["late_at"]]
+    assert max(e["eval/return_mean"] for e in late_evals) >= TARGET

@@ -122,7 +122,12 @@ class PeerRole(LearnerRole):
     # -- what this peer holds -----------------------------------------------------------
 
     def _own(self) -> dict[str, np.ndarray]:
-        return self.algo.policy_arrays()
+        """What travels: the policy's arrays, and the observation statistics they were
+        trained with (mixed alike, so a mixed policy sees what it expects)."""
+        out = self.algo.policy_arrays()
+        if self.job.environment.normalize_obs:
+            out.update({k: v.astype(np.float32) for k, v in self.rms.to_arrays().items()})
+        return out
 
     def _fingerprint(self) -> str:
         # params change only at an update or a mix, both of which bump the version
@@ -291,6 +296,8 @@ class PeerRole(LearnerRole):
             new = gossip.mix_params(own, [e.arrays for e in fresh], weights, G.mix_rate)
             how, rate = "mixed", G.mix_rate
         self.algo.load_policy_arrays(new)
+        if self.job.environment.normalize_obs:
+            self.rms.load_arrays(new)
         self.version += 1  # new params: a new version (and fingerprint)
         self.stats["adopted" if how == "adopted" else "mixes"] += 1
         self.log.info("gossip_mix_applied", how=how, entries=len(fresh),

@@ -2,12 +2,13 @@
 """Exchanges per gossip round, counted from the logs of real DAPO jobs.
 
 For each N in --peers, runs configs/cartpole_dapo.toml with N peers (one
-sampler each, no evaluator) for --seconds, stops it, and sums the `exchanges`
-of every peer's `gossip_round` event by round number. A round is complete when
-every peer logged it; its total should be N x min(k, N - 1), less exchanges to
-peers that were dead. Prints the per-round totals and the expected value.
+sampler each, no evaluator) for --seconds (+ 8 s a peer to start), stops it,
+and sums the `exchanges` of every peer's `gossip_round` event by round number.
+A round is complete when every peer logged it; its total should be
+N x min(k, N - 1), less exchanges to peers that were dead or not yet known.
+Prints the per-round totals and the expected value.
 
-    python tools/gossip_count.py [--peers 2 4 8] [--seconds 25]
+    python tools/gossip_count.py [--peers 2 4 8] [--seconds 20]
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ def count(n: int, seconds: float) -> tuple[dict[int, list[int]], int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--peers", type=int, nargs="+", default=[2, 4, 8])
-    ap.add_argument("--seconds", type=float, default=25.0)
+    ap.add_argument("--seconds", type=float, default=20.0,
+                    help="run time, plus 8 s per peer for the processes to start")
     ap.add_argument("--rounds", type=int, default=12, help="rounds to print")
     args = ap.parse_args()
     for n in args.peers:
-        per_round, expected = count(n, args.seconds)
+        per_round, expected = count(n, args.seconds + 8.0 * n)
         complete = {r: v for r, v in per_round.items() if len(v) == n}
         print(f"\nN = {n} peers, k = 2: expected N x min(k, N-1) = {expected} exchanges a round")
         print(f"{'round':>6}{'peers':>7}{'exchanges':>11}{'= N k':>7}")

@@ -321,8 +321,10 @@ class PeerRole(LearnerRole):
         others' parameters instead of training from scratch. (At a job's start every
         peer holds the same initial parameters: those pulls are skipped.)"""
         try:
+            # wait (a little) to know enough peers for a full round
+            want = min(self.job.gossip.neighbor_count, max(1, self.job.launch.peers - 1))
             deadline = time.monotonic() + 2 * self._timeout()
-            while not self.peers and time.monotonic() < deadline:
+            while len(self.peers) < want and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
             if not self.peers:
                 return

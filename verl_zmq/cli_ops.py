@@ -123,4 +123,31 @@ def plot_cmd(run_dirs, output):
     click.echo(f"wrote {out}")
 
 
-COMMANDS = [eval_cmd, export_cmd, serve_cmd, top_cmd, plot_cmd]
+@click.command("runs")
+@click.argument("paths", nargs=-1, type=click.Path(file_okay=False))
+@click.option("--compare", is_flag=True, help="PATHS are run folders: compare them.")
+def runs_cmd(paths, compare):
+    """List the runs under a folder (default runs/): `verl runs [RUNS_DIR]`; or
+    compare run folders side by side: `verl runs --compare RUN RUN...`."""
+    from .runs import compare as compare_runs
+    from .runs import find_runs, table
+
+    if compare:
+        folders = [Path(p) for p in paths]
+        missing = [str(f) for f in folders if not (f / "plan.json").exists()]
+        if len(folders) < 2 or missing:
+            _fail("--compare takes two or more run folders"
+                  + (f"; not a run folder (no plan.json): {', '.join(missing)}" if missing
+                     else ""))
+        click.echo(compare_runs([r for f in folders for r in find_runs(f, max_depth=0)]))
+        return
+    if len(paths) > 1:
+        _fail("one RUNS_DIR to list (use --compare for several run folders)")
+    root = Path(paths[0] if paths else "runs")
+    if not root.is_dir():
+        _fail(f"{root}: no such folder")
+    runs = find_runs(root)
+    click.echo(table(runs, root) if runs else f"no runs under {root}")
+
+
+COMMANDS = [eval_cmd, export_cmd, serve_cmd, top_cmd, plot_cmd, runs_cmd]

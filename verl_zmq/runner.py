@@ -71,7 +71,24 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
     except (ValueError, OSError) as e:
         log.error("bad_memory_limit", value=res.memory, error=str(e))
         return 2
-    cls = role_class(spec.role)
+
+    def over_limit(e: BaseException) -> int:
+        msg = (f"{spec.role} {spec.member_id} went over its memory limit of "
+               f"{res.memory if res is not None else '?'} (resources.{spec.role}.memory): "
+               f"{type(e).__name__}: {str(e)[:200]}")
+        log.error("memory_limit_exceeded", error=msg)
+        print(f"error: {msg}", file=sys.stderr, flush=True)  # the launcher's summary shows it
+        return 1
+
+    try:
+        cls = role_class(spec.role)  # torch alone needs ~1 GB of address space
+    except MemoryError as e:
+        return over_limit(e)
+    except (ImportError, OSError) as e:
+        if res is not None and res.memory and ("memory" in str(e).lower()
+                                               or "map" in str(e).lower()):
+            return over_limit(e)
+        raise
 
     async def main() -> int:
         zctx = zmq.asyncio.Context()
@@ -82,18 +99,20 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
                           exit_on_stdin_eof=exit_on_stdin_eof)
         try:
             role = cls(ctx)
+            roles.append(role)
             return await serve(role)
         finally:
             transport.close()
             zctx.term()
 
+    roles: list = []
     try:
-        return asyncio.run(main())
-    except MemoryError:
-        limit = res.memory if res is not None else "?"
-        log.error("memory_limit_exceeded", error=f"{spec.role} {spec.member_id} went over its "
-                  f"memory limit of {limit}")
-        return 1
+        rc = asyncio.run(main())
+    except MemoryError as e:
+        return over_limit(e)
+    if rc != 0 and roles and roles[0].memory_error is not None:
+        return over_limit(roles[0].memory_error)
+    return rc
 
 
 def run_inproc(job: Job, run_dir: Path, log_stream=None) -> int:

@@ -130,6 +130,7 @@ class Role:
         self.members: dict[str, wire.Member] = {}
         self.registry_client = None
         self.started = time.monotonic()
+        self.memory_error: MemoryError | None = None
 
     @property
     def id(self) -> str:
@@ -269,6 +270,8 @@ async def serve(role: Role, install_signals: bool = True) -> int:
     except* Exception as eg:
         for e in eg.exceptions:
             role.log.error("task_failed", error=f"{type(e).__name__}: {e}", exc_info=e)
+            if isinstance(e, MemoryError):  # the runner names the role's memory limit
+                role.memory_error = e
         rc = EXIT_FAILED
     try:
         await role.teardown()

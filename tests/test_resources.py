@@ -1,0 +1,47 @@
+"""Per-role resources at launch: a sampler whose memory limit is below what it
+needs fails with a clear error, the restart policy applies, and the launcher's
+summary names it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+
+import pytest
+
+from tests.conftest import CONFIGS, PY, ROOT, free_port_range, kill_tree, read_events, wait_for
+
+
+@pytest.mark.timeout(300)
+def test_sampler_over_its_memory_limit_fails_clearly(tmp_path):
+    run = tmp_path / "run"
+    lo, hi = free_port_range()
+    proc = subprocess.Popen(
+        [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"),
+         str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(run),
+         "--set", f"launch.port_range=[{lo}, {hi}]", "--set", "sampling.num_workers=1",
+         "--set", 'resources.sampler.memory="300MB"',  # torch alone maps ~1 GB
+         "--set", "launch.max_restarts_per_role={sampler = 1}",
+         "--set", "launch.restart_backoff_s=0.2"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        failed = wait_for(lambda: [e for e in read_events(run / "logs" / "launcher.jsonl")
+                                   if e.get("event") == "role_failed"], 120,
+                          what="the sampler failing for good")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc)
+    assert failed[0]["member"] == "sampler-0"
+    events = read_events(run / "logs" / "launcher.jsonl")
+    assert [e for e in events if e.get("event") == "role_restarted"
+            and e.get("member") == "sampler-0"]  # the restart policy applied first
+    summary = json.loads((run / "summary.json").read_text())
+    msg = summary["failed_roles"]["sampler-0"]
+    assert "over its memory limit of 300MB" in msg and "resources.sampler.memory" in msg, msg
+    assert "Traceback" not in msg
+    assert "failed for good: sampler-0" in err and "memory limit of 300MB" in err
+    logged = read_events(run / "logs" / "sampler-0.jsonl")
+    assert any(e.get("event") == "memory_limit_exceeded" for e in logged)

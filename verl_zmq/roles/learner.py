@@ -104,6 +104,7 @@ class LearnerRole(Role):
         self.dropped = 0
         self.rejected = 0
         self.lags: deque[int] = deque(maxlen=200)
+        self.by_sampler: dict[str, int] = {}  # fragments received from each sampler
         self.returns: deque[float] = deque(maxlen=100)
         self.last_metrics: dict[str, float] = {}
         self.learn_s = 0.0
@@ -204,6 +205,9 @@ class LearnerRole(Role):
             return False
         steps = int(a["reward"].size)
         self.env_steps += steps  # dropped fragments count: the envs did step
+        src = (b.sampler or b.src)[:64]
+        if src in self.by_sampler or len(self.by_sampler) < 1024:
+            self.by_sampler[src] = self.by_sampler.get(src, 0) + 1
         if "ep_return" in a:
             self.returns.extend(np.asarray(a["ep_return"], np.float64).tolist()[-100:])
         if self.job.environment.normalize_obs and "rms_mean" in a:
@@ -427,6 +431,8 @@ class LearnerRole(Role):
                f"{r}/updates_per_s": round((self.algo.updates - upd) / dt, 3),
                f"{r}/learn_s": round(self.learn_s, 3),
                f"{r}/shards": len(self.dealers)}
+        if self.by_sampler:
+            out[f"{r}/fragments_from"] = dict(self.by_sampler)
         if self.lags:
             out[f"{r}/policy_lag_mean"] = round(float(np.mean(self.lags)), 3)
         if self.returns:

@@ -1,0 +1,64 @@
+"""An open wire: a sampler written without verl_zmq (tools/foreign_sampler.py,
+from the README's specification) joins a CartPole PPO job beside one of ours;
+the job reaches its target and the learner counts fragments from both."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.conftest import CONFIGS, PY, ROOT, free_port_range, kill_tree, read_events, wait_for
+
+TARGET = 475.0
+
+
+def test_foreign_sampler_imports_no_verl_zmq():
+    src = (ROOT / "tools" / "foreign_sampler.py").read_text()
+    imports = [x.split()[1].split(".")[0] for x in src.splitlines()
+               if x.startswith(("import ", "from "))]
+    assert "verl_zmq" not in imports and "torch" not in imports
+    assert {"zmq", "msgpack", "numpy", "gymnasium"} <= set(imports)
+
+
+@pytest.mark.timeout(600)
+def test_job_with_a_foreign_sampler_reaches_its_target(tmp_path):
+    run = tmp_path / "run"
+    lo, hi = free_port_range()
+    job = subprocess.Popen(
+        [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"),
+         str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(run),
+         "--set", f"launch.port_range=[{lo}, {hi}]", "--set", "sampling.num_workers=1",
+         "--set", f"evaluation.stop_at_return={TARGET}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    foreign = None
+    try:
+        wait_for(lambda: (run / "plan.json").exists() and (run / "job.toml").exists(), 60,
+                 what="the run folder")
+        registry = json.loads((run / "plan.json").read_text())["registry"]
+        with open(tmp_path / "foreign.jsonl", "w") as out:
+            foreign = subprocess.Popen(
+                [PY, str(ROOT / "tools" / "foreign_sampler.py"), "--job", str(run / "job.toml"),
+                 "--registry", registry, "--id", "sampler-foreign"],
+                cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True,
+                start_new_session=True)
+        _, err = job.communicate(timeout=500)
+        foreign.wait(30)
+    finally:
+        kill_tree(job)
+        if foreign is not None:
+            kill_tree(foreign)
+    assert job.returncode == 0, err[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["best_eval_return"] >= TARGET
+    fev = read_events(tmp_path / "foreign.jsonl")
+    assert any(e["event"] == "registered" for e in fev)
+    assert any(e["event"] == "stopped" and e["sent"] > 0 for e in fev)
+    froms = [e["learner/fragments_from"] for e in read_events(run / "logs" / "learner-0.jsonl")
+             if e.get("event") == "metrics" and "learner/fragments_from" in e]
+    assert froms and {"sampler-0", "sampler-foreign"} <= set(froms[-1]), froms[-1:]
+    assert froms[-1]["sampler-foreign"] > 0 and froms[-1]["sampler-0"] > 0
+    learner = read_events(run / "logs" / "learner-0.jsonl")
+    assert max(e.get("learner/fragments_rejected", 0) for e in learner) == 0

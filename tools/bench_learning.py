@@ -12,6 +12,7 @@ lambda, entropy, epochs, batch, schedules), so the systems are compared.
 
     python tools/bench_learning.py {ppo-cartpole,sac-pendulum,dqn-cartpole} [--seeds 0]
     python tools/bench_learning.py dapo-cartpole [--seeds 0 1 2]
+    python tools/bench_learning.py bc-cartpole [--seeds 0 1 2]
 
 `dapo-cartpole` compares decentralised DAPO (4 peers, one sampler of 8 envs
 each) with single-learner PPO fed by the same 4 samplers of 8 envs, same
@@ -185,19 +186,58 @@ def bench_dapo(seeds: list[int], target: float) -> None:
             print(f"mean {what}: a run did not reach {target} (> budget)")
 
 
+def bench_bc(seeds: list[int], target: float) -> None:
+    """PPO with a behaviour-cloning term (mixing_ratio 0.3) on 10 demonstration
+    episodes of a trained CartPole policy, against PPO without, same seeds."""
+    job = ROOT / "configs/cartpole_ppo.toml"
+    with tempfile.TemporaryDirectory() as tmp:
+        teacher = Path(tmp) / "teacher"
+        launch(job, teacher, ["experiment.seed=1000", "evaluation.stop_at_return=500"],
+               timeout=900)
+        demos = Path(tmp) / "demos.npz"
+        r = subprocess.run([sys.executable, "-m", "verl_zmq.cli", "record",
+                            str(teacher / "checkpoints" / "best.pt"), "--episodes", "10",
+                            "-o", str(demos)], capture_output=True, text=True, cwd=ROOT)
+        print(r.stdout.strip() or r.stderr[-500:], flush=True)
+        print(f"{'who':<6}{'seed':>5}{'s to target':>13}{'process s':>11}{'steps':>10}")
+        steps = {"bc": [], "ppo": []}
+        for seed in seeds:
+            for who in ("bc", "ppo"):
+                over = [f"experiment.seed={seed}", f"evaluation.stop_at_return={target}"]
+                if who == "bc":
+                    over += [f'algorithm.bc.demos="{demos}"', "algorithm.bc.mixing_ratio=0.3"]
+                run = Path(tmp) / f"{who}-{seed}"
+                t0 = time.time()
+                launch(job, run, over, timeout=900)
+                wall = time.time() - t0
+                ts, n = time_to_return(run, target)
+                starts = [e["ts"] for p in (run / "logs").glob("sampler-*.jsonl")
+                          for e in events(p) if e.get("event") == "sampling_started"]
+                to = ts - min(starts) if ts is not None and starts else None
+                steps[who].append(n)
+                print(f"{who:<6}{seed:>5}{fmt(to):>13}{wall:>11.1f}{fmt(n, ','):>10}",
+                      flush=True)
+    if all(x is not None for x in steps["bc"] + steps["ppo"]):
+        b, p = sum(steps["bc"]) / len(seeds), sum(steps["ppo"]) / len(seeds)
+        print(f"mean env steps to {target:g}: bc {b:,.0f}, ppo {p:,.0f}, ratio bc/ppo {b / p:.2f}")
+    else:
+        print(f"a run did not reach {target:g} (> budget)")
+
+
 def fmt(x, spec=".1f") -> str:
     return "> budget" if x is None else format(x, spec)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("bench", choices=sorted([*ZOO, "dapo-cartpole"]))
+    ap.add_argument("bench", choices=sorted([*ZOO, "dapo-cartpole", "bc-cartpole"]))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--target", type=float, default=None,
                     help="return to reach (default: 475 for CartPole, -200 for Pendulum)")
     args = ap.parse_args()
-    if args.bench == "dapo-cartpole":
-        bench_dapo(args.seeds, args.target if args.target is not None else 475.0)
+    if args.bench in ("dapo-cartpole", "bc-cartpole"):
+        bench = bench_dapo if args.bench == "dapo-cartpole" else bench_bc
+        bench(args.seeds, args.target if args.target is not None else 475.0)
         return
     cfg = ZOO[args.bench]
     args.target = args.target if args.target is not None else cfg.get("target", 475.0)

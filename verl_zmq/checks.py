@@ -22,6 +22,13 @@ def check_job(job: Job) -> list[str]:
     except (ValueError, KeyError) as e:
         problems.append(str(e))
     problems += _memory_problems(job, spec)
+    if job.algorithm.bc.demos:
+        from .demos import load_demos
+
+        try:
+            load_demos(job.algorithm.bc.demos, spec)
+        except ValueError as e:
+            problems.append(f"algorithm.bc.demos: {e}")
     if problems:
         return problems
     try:

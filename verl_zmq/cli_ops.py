@@ -50,6 +50,31 @@ def eval_cmd(checkpoint, episodes, seed, video_dir, stochastic):
                f"min {rets.min():.2f}  max {rets.max():.2f}")
 
 
+@click.command("record")
+@click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
+@click.option("--episodes", default=10, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--stochastic", is_flag=True, help="Sample actions instead of the mode.")
+@click.option("-o", "--output", required=True, help="The .npz to write.")
+def record_cmd(checkpoint, episodes, seed, stochastic, output):
+    """Record demonstrations from CHECKPOINT's policy (format: see verl_zmq/demos.py)."""
+    import numpy as np
+    import torch
+
+    from .demos import record
+
+    torch.set_num_threads(1)
+    lp = _policy(checkpoint)
+    arrays = record(lp, episodes, seed, deterministic=not stochastic)
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as f:
+        np.savez(f, **arrays)
+    rets = np.add.reduceat(arrays["reward"], arrays["episode_start"])
+    click.echo(f"wrote {out}: {episodes} episodes, {len(arrays['reward']):,} steps, "
+               f"return mean {rets.mean():.1f} (min {rets.min():.1f}, max {rets.max():.1f})")
+
+
 @click.command("export")
 @click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["torchscript", "onnx"]), required=True)
@@ -150,4 +175,4 @@ def runs_cmd(paths, compare):
     click.echo(table(runs, root) if runs else f"no runs under {root}")
 
 
-COMMANDS = [eval_cmd, export_cmd, serve_cmd, top_cmd, plot_cmd, runs_cmd]
+COMMANDS = [eval_cmd, record_cmd, export_cmd, serve_cmd, top_cmd, plot_cmd, runs_cmd]

@@ -164,12 +164,23 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class BehaviourCloning:
+    """Learning from demonstrations: a behaviour-cloning term in the policy loss."""
+
+    demos: str = ""  # a demonstrations .npz (`verl record` writes one); empty: off
+    mixing_ratio: float = 0.0  # weight of the behaviour-cloning loss
+    decay_steps: int = 0  # env steps over which the weight decays linearly to 0; 0: never
+    batch_size: int = 256  # demonstration steps per update
+
+
+@dataclass(frozen=True)
 class Algorithm:
     """Which algorithm, its hyper-parameters and its policy network."""
 
     name: Literal["ppo", "dqn", "sac", "dapo"] = "ppo"
     params: Any = None  # the algorithm's params dataclass, chosen by `name`
     policy: Policy = field(default_factory=Policy)
+    bc: BehaviourCloning = field(default_factory=BehaviourCloning)
 
 
 @dataclass(frozen=True)
@@ -548,6 +559,13 @@ def _check_semantics(job: Job, source: str) -> None:
             f"{source}: replay.error_buffer: {R.error_buffer} would let the replay-ratio "
             f"limiter block sampling and inserting at once; use at least "
             f"max(1, replay.samples_per_insert) = {max(1.0, R.samples_per_insert)}")
+    bc = job.algorithm.bc
+    if bc.demos and job.algorithm.name not in ("ppo", "dapo", "sac"):
+        raise ConfigError(f"{source}: algorithm.bc.demos: behaviour cloning is for ppo, dapo "
+                          f"and sac, not {job.algorithm.name}")
+    if bc.mixing_ratio < 0 or bc.decay_steps < 0 or bc.batch_size < 1:
+        raise ConfigError(f"{source}: algorithm.bc: mixing_ratio and decay_steps must be >= 0 "
+                          f"and batch_size >= 1")
     p = job.algorithm.params
     if on_policy and p.minibatch_size > p.batch_size:
         raise ConfigError(

@@ -40,6 +40,30 @@ class Algorithm(ABC):
         self.sampler_env_steps = 0
         # off-policy: |TD error| of the last learned batch, for priority updates
         self.priorities: np.ndarray | None = None
+        # learning from demonstrations: set by the learner (env steps, obs normalisation)
+        self.env_steps = 0
+        self.obs_transform = None  # raw observations -> what the networks take
+        self._bc = None
+
+    def bc_batch(self) -> tuple[float, torch.Tensor, torch.Tensor] | None:
+        """(weight, obs, action) of a demonstration batch when behaviour cloning is on
+        and its weight is not zero yet. Demonstrations are loaded at the first call,
+        so only the learner (never a sampler) reads the file."""
+        cfg = self.job.algorithm.bc
+        if not cfg.demos or cfg.mixing_ratio <= 0:
+            return None
+        if self._bc is None:
+            from ..demos import BCTerm
+
+            self._bc = BCTerm(cfg, self.spec, self.job.experiment.seed)
+        w = self._bc.weight(self.env_steps)
+        if w <= 0:
+            return None
+        obs, act = self._bc.batch()
+        if self.obs_transform is not None:
+            obs = self.obs_transform(obs)
+        return (w, torch.as_tensor(obs, dtype=torch.float32, device=self.device),
+                torch.as_tensor(act, device=self.device))
 
     @abstractmethod
     def act(self, obs: np.ndarray, deterministic: bool = False

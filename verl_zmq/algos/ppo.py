@@ -164,6 +164,15 @@ class PPO(Algorithm):
                 idx = perm[start:start + mbs]
                 mb = {k: v[idx] for k, v in data.items()}
                 loss, stats = self.loss(mb)
+                bc = self.bc_batch()
+                if bc is not None:  # behaviour cloning: -log pi(a_demo | s_demo)
+                    w, obs, act = bc
+                    d = self.net.dist(obs)
+                    bc_loss = -self.net.log_prob(d, act if self.spec.discrete
+                                                 else act.float()).mean()
+                    loss = loss + w * bc_loss
+                    stats["losses/bc_loss"] = bc_loss.detach()
+                    stats["charts/bc_weight"] = w
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
                 gn = torch.nn.utils.clip_grad_norm_(self.net.parameters(), p.max_grad_norm)

@@ -38,6 +38,16 @@ class SquashedGaussian(nn.Module):
         logp = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
         return a, logp
 
+    def log_prob_of(self, obs: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """log pi(a | obs) of given squashed actions a in (-1, 1) (demonstrations)."""
+        mu, log_std = self.net(obs.flatten(1)).chunk(2, -1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        a = a.clamp(-1 + 1e-6, 1 - 1e-6)
+        u = torch.atanh(a)
+        logp = (-0.5 * ((u - mu) / log_std.exp()) ** 2 - log_std
+                - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
+
 
 class TwinQ(nn.Module):
     """Two independent Q(s, a) networks."""
@@ -128,6 +138,16 @@ class SAC(Algorithm):
         a, logp = self.actor(t["obs"])
         q1p, q2p = self.critic(t["obs"], a)
         pi_loss = (alpha * logp - torch.min(q1p, q2p)).mean()
+        out = {}
+        bc = self.bc_batch()
+        if bc is not None:  # behaviour cloning: -log pi(a_demo | s_demo), squashed
+            w, obs, act = bc
+            low = torch.as_tensor(self.low, device=self.device)
+            high = torch.as_tensor(self.high, device=self.device)
+            bc_loss = -self.actor.log_prob_of(obs, 2 * (act.float() - low) / (high - low) - 1
+                                              ).mean()
+            pi_loss = pi_loss + w * bc_loss
+            out = {"losses/bc_loss": float(bc_loss.detach()), "charts/bc_weight": w}
         self.pi_opt.zero_grad(set_to_none=True)
         pi_loss.backward()
         self.pi_opt.step()
@@ -141,7 +161,7 @@ class SAC(Algorithm):
         self.updates += 1
         self.priorities = (0.5 * ((q1 - y).abs() + (q2 - y).abs())).detach().cpu().numpy()
         return {"losses/q_loss": float(q_loss.detach()), "losses/pi_loss": float(pi_loss.detach()),
-                "losses/alpha": alpha, "losses/entropy": float(-logp.detach().mean())}
+                "losses/alpha": alpha, "losses/entropy": float(-logp.detach().mean()), **out}
 
 
 ALGORITHM = SAC

@@ -86,6 +86,8 @@ class LearnerRole(Role):
         self.spec = env_spec(job.environment)
         self.algo = make_algorithm(job, self.spec, job.training.device)
         self.rms = RunningMeanStd(self.spec.obs_shape)
+        if job.environment.normalize_obs:  # demonstrations are raw: normalise them alike
+            self.algo.obs_transform = lambda x: self.rms.normalize(x, job.environment.clip_obs)
         self.pub, pub_ep = self.ctx.transport.bind(zmq.PUB, "params", hwm=8)
         self.endpoints = {"params": pub_ep}
         self.dealers: dict[str, tuple[str, zmq.asyncio.Socket]] = {}
@@ -267,6 +269,7 @@ class LearnerRole(Role):
                 continue
             batch = concat_fragments(frags, self.algo.extras)
             self.algo.progress = min(1.0, self.env_steps / total)
+            self.algo.env_steps = self.env_steps
             t0 = time.monotonic()
             self.last_metrics = await asyncio.to_thread(self.algo.learn, batch)
             self.learn_s += time.monotonic() - t0
@@ -318,6 +321,7 @@ class LearnerRole(Role):
                 # never backwards: a shard restarted from an older snapshot reports less
                 self.env_steps = max(self.env_steps, sum(self.shard_steps.values()))
                 self.algo.progress = min(1.0, self.env_steps / total)
+                self.algo.env_steps = self.env_steps
                 t0 = time.monotonic()
                 self.last_metrics = await asyncio.to_thread(self.algo.learn, a)
                 self.learn_s += time.monotonic() - t0

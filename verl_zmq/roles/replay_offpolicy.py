@@ -63,7 +63,8 @@ class OffPolicyReplayRole(ReplayRole):
     async def _snapshot_loop(self) -> None:
         while True:
             await asyncio.sleep(self.job.replay.snapshot_interval_s)
-            await self._snapshot()
+            if self.op.storage.size:  # an empty buffer has nothing to keep
+                await self._snapshot()
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:

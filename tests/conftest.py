@@ -84,6 +84,21 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.wait(10)
 
 
+def start_job(job: Path, run: Path, *sets: str, extra: tuple[str, ...] = ()
+              ) -> subprocess.Popen:
+    """verl-launch JOB on this host in its own session, ports from a free range; each of
+    `sets` is a `--set` override, `extra` more launcher arguments."""
+    lo, hi = free_port_range()
+    argv = [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"), str(job),
+            "--set", f"launch.port_range=[{lo}, {hi}]", *extra]
+    for s in sets:
+        argv += ["--set", s]
+    if "--resume" not in extra:
+        argv += ["--run-dir", str(run)]
+    return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
 @pytest.fixture
 def ports():
     return free_port_range()

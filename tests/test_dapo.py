@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.conftest import CONFIGS, PY, ROOT, free_port_range, kill_tree, read_events, wait_for
+from tests.conftest import CONFIGS, PY, ROOT, kill_tree, read_events, start_job, wait_for
 
 TARGET = 475.0
 SLACK_S = 4.0
@@ -29,15 +29,8 @@ def dapo_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("dapo")
     run, late_dir = base / "run", base / "late"
     late_dir.mkdir()
-    lo, hi = free_port_range()
-    proc = subprocess.Popen(
-        [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"),
-         str(CONFIGS / "cartpole_dapo.toml"), "--run-dir", str(run),
-         "--set", f"launch.port_range=[{lo}, {hi}]",
-         "--set", f"evaluation.stop_at_return={TARGET}",
-         "--set", "launch.max_restarts_per_role={peer = 0}"],  # peer-3 stays dead
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+    proc = start_job(CONFIGS / "cartpole_dapo.toml", run, f"evaluation.stop_at_return={TARGET}",
+                     "launch.max_restarts_per_role={peer = 0}")  # peer-3 stays dead
     logs = run / "logs"
     late = None
     info: dict = {}

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import CONFIGS, PY, ROOT, free_port_range, kill_tree, read_events, wait_for
+from tests.conftest import CONFIGS, PY, ROOT, kill_tree, read_events, start_job, wait_for
 
 TARGET = 475.0
 
@@ -25,14 +25,8 @@ def test_foreign_sampler_imports_no_verl_zmq():
 @pytest.mark.timeout(600)
 def test_job_with_a_foreign_sampler_reaches_its_target(tmp_path):
     run = tmp_path / "run"
-    lo, hi = free_port_range()
-    job = subprocess.Popen(
-        [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"),
-         str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(run),
-         "--set", f"launch.port_range=[{lo}, {hi}]", "--set", "sampling.num_workers=1",
-         "--set", f"evaluation.stop_at_return={TARGET}"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+    job = start_job(CONFIGS / "cartpole_ppo.toml", run, "sampling.num_workers=1",
+                    f"evaluation.stop_at_return={TARGET}")
     foreign = None
     try:
         wait_for(lambda: (run / "plan.json").exists() and (run / "job.toml").exists(), 60,

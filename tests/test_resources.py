@@ -6,26 +6,19 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 
 import pytest
 
-from tests.conftest import CONFIGS, PY, ROOT, free_port_range, kill_tree, read_events, wait_for
+from tests.conftest import CONFIGS, kill_tree, read_events, start_job, wait_for
 
 
 @pytest.mark.timeout(300)
 def test_sampler_over_its_memory_limit_fails_clearly(tmp_path):
     run = tmp_path / "run"
-    lo, hi = free_port_range()
-    proc = subprocess.Popen(
-        [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"),
-         str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(run),
-         "--set", f"launch.port_range=[{lo}, {hi}]", "--set", "sampling.num_workers=1",
-         "--set", 'resources.sampler.memory="300MB"',  # torch alone maps ~1 GB
-         "--set", "launch.max_restarts_per_role={sampler = 1}",
-         "--set", "launch.restart_backoff_s=0.2"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+    proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "sampling.num_workers=1",
+                     'resources.sampler.memory="300MB"',  # torch alone maps ~1 GB
+                     "launch.max_restarts_per_role={sampler = 1}",
+                     "launch.restart_backoff_s=0.2")
     try:
         failed = wait_for(lambda: [e for e in read_events(run / "logs" / "launcher.jsonl")
                                    if e.get("event") == "role_failed"], 120,

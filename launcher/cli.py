@@ -106,6 +106,8 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir):
     (rd / "logs").mkdir(exist_ok=True)
     stream = open(rd / "logs" / "launcher.jsonl", "a", buffering=1)  # noqa: SIM115
     log = setup_logging("launcher", "launcher", stream=stream)
+    if keys is not None:  # the public half only: it names the job's key, it opens nothing
+        log.info("curve_enabled", public_key=keys["public"])
     click.echo(f"run folder: {rd}", err=True)
     sup = Supervisor(job, plan, rd, job_text, keys, log)
     rc = asyncio.run(sup.run())

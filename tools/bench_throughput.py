@@ -8,6 +8,7 @@
     by the learner after warm-up; and the ratio (b)/(a).
 
     python tools/bench_throughput.py [--envs 8 32] [--seconds 20]
+    python tools/bench_throughput.py --curve   # the pipeline with CURVE against without
 """
 
 from __future__ import annotations
@@ -70,7 +71,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--set", dest="extra", action="append", default=[],
                     help="extra job overrides for the pipeline, e.g. security.curve=true")
+    ap.add_argument("--curve", action="store_true",
+                    help="compare the pipeline with security.curve=true against without")
     args = ap.parse_args()
+    if args.curve:
+        curve_cost(args)
+        return
     print(f"{'envs':>5}{'bare steps/s':>15}{'pipeline steps/s':>18}{'ratio':>8}")
     for envs in args.envs:
         a, b = [], []
@@ -79,6 +85,20 @@ def main() -> None:
             b.append(pipeline(envs, args.seconds, args.fragment_length, args.extra))
         ma, mb = statistics.median(a), statistics.median(b)
         print(f"{envs:>5}{ma:>15,.0f}{mb:>18,.0f}{mb / ma:>8.2f}", flush=True)
+
+
+def curve_cost(args) -> None:
+    """Every socket encrypted and authenticated (CURVE) against plain TCP, interleaved."""
+    print(f"{'envs':>5}{'plain steps/s':>15}{'curve steps/s':>15}{'ratio':>8}")
+    for envs in args.envs:
+        plain, curve = [], []
+        for _ in range(args.repeats):
+            plain.append(pipeline(envs, args.seconds, args.fragment_length,
+                                  ["security.curve=false", *args.extra]))
+            curve.append(pipeline(envs, args.seconds, args.fragment_length,
+                                  ["security.curve=true", *args.extra]))
+        mp, mc = statistics.median(plain), statistics.median(curve)
+        print(f"{envs:>5}{mp:>15,.0f}{mc:>15,.0f}{mc / mp:>8.2f}", flush=True)
 
 
 if __name__ == "__main__":

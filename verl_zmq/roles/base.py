@@ -211,13 +211,17 @@ async def _stacks() -> list[str]:
     return task_stacks()
 
 
+def _log_metrics(role: Role, **extra) -> None:
+    values = role.metrics()
+    values[f"{role.name}/wire_errors"] = role.wire_stats.errors
+    role.log.info("metrics", **values, **extra)
+
+
 async def _metrics_loop(role: Role) -> None:
     interval = role.job.logging.interval_s
     while True:
         await asyncio.sleep(interval)
-        values = role.metrics()
-        values[f"{role.name}/wire_errors"] = role.wire_stats.errors
-        role.log.info("metrics", **values)
+        _log_metrics(role)
 
 
 async def _watch_stdin(role: Role) -> None:
@@ -280,6 +284,8 @@ async def serve(role: Role, install_signals: bool = True) -> int:
         rc = rc or EXIT_FAILED
     if role.registry_client is not None:
         await role.registry_client.close()
+    with contextlib.suppress(Exception):  # the last counts, as the role stops
+        _log_metrics(role, final=True)
     ctx.transport.close()
     role.log.info("role_stopped", reason=role.stop_reason or "error", exit_code=rc,
                   uptime_s=round(time.monotonic() - role.started, 3))

@@ -168,7 +168,9 @@ class LearnerRole(Role):
             except TimeoutError:
                 pass
             self.shards_changed.clear()
-            wanted = {m.id: m.endpoints.get("requests", "")
+            # a shard is its endpoint *and* incarnation: a restarted shard may bind the
+            # same port, but it knows nothing of our credits, so we connect afresh
+            wanted = {m.id: (m.endpoints.get("requests", ""), m.incarnation)
                       for m in self.group_members("replay").values()}
             for mid, (ep, sock) in list(self.dealers.items()):
                 if wanted.get(mid) != ep:
@@ -178,11 +180,12 @@ class LearnerRole(Role):
                     del self.dealers[mid]
                     self.shard_sizes.pop(sock, None)
                     self.credit_out.pop(sock, None)
-                    self.log.info("shard_disconnected", member=mid, endpoint=ep)
-            for mid, ep in wanted.items():
+                    self.log.info("shard_disconnected", member=mid, endpoint=ep[0],
+                                  incarnation=ep[1])
+            for mid, (ep, inc) in wanted.items():
                 if ep and mid not in self.dealers:
                     sock = self.ctx.transport.connect(zmq.DEALER, ep, hwm=1000)
-                    self.dealers[mid] = (ep, sock)
+                    self.dealers[mid] = ((ep, inc), sock)
                     # in the role's TaskGroup: a reader that crashes stops the role
                     self.readers[mid] = self.tasks.create_task(self._read_shard(sock))
                     per_batch = -(-p.batch_size // self.job.fragment_steps)

@@ -155,7 +155,7 @@ class Supervisor:
                     return
                 await rp.start()
                 self.log.info("role_restarted", member=p.member_id, member_role=p.role,
-                              restarts=rp.restarts, after_s=delay)
+                              restarts=rp.restarts, after_s=delay, pid=rp.proc.pid)
                 continue
             self.failed.append(p.member_id)
             self.log.error("role_failed", member=p.member_id, member_role=p.role, exit_code=rc,

@@ -37,7 +37,9 @@ def _start(run, lo, hi, *extra):
          "--set", f"evaluation.stop_at_return={TARGET}",
          # the first evaluation comes after the stop, so the job cannot end before it
          "--set", "evaluation.interval_steps=5000",
-         "--set", "replay.snapshot_interval_s=2", "--set", "logging.interval_s=0.5", *extra],
+         "--set", "replay.snapshot_interval_s=2", "--set", "logging.interval_s=0.5",
+         # room to recover from the shard kill and the stop: DQN's steps to 475 vary a lot
+         "--set", "training.total_timesteps=100000", *extra],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
 

@@ -1,0 +1,26 @@
+"""A short chaos run on the CartPole PPO job (`tools/chaos.py`): one kill -9 of
+each kind of role (sampler, replay shard, learner, evaluator, registry) at
+seeded moments; each is restarted and training recovers; the job then reaches
+its target."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import PY, ROOT
+
+
+@pytest.mark.timeout(900)
+def test_every_kind_killed_once_recovers_and_the_job_reaches_its_target():
+    r = subprocess.run([PY, str(ROOT / "tools" / "chaos.py"), "--seed", "1"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=880)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    rows = [line.split() for line in r.stdout.splitlines()
+            if line.split()[:1] and line.split()[0] in
+            ("sampler", "replay", "learner", "evaluator", "registry")]
+    assert sorted(row[0] for row in rows) == ["evaluator", "learner", "registry", "replay",
+                                              "sampler"]
+    assert all(row[3] == "True" and row[4] != "NOT" for row in rows), r.stdout
+    assert "recovered 5/5" in r.stdout and "reached" in r.stdout

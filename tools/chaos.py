@@ -1,0 +1,159 @@
+#!/usr/bin/env python
+"""Chaos: run a job and `kill -9` one role at a time, at moments drawn from a
+seeded schedule, at least once each kind (sampler, replay shard, learner or a
+DAPO peer, evaluator, registry). Prints, per kill: the member, when, whether the
+launcher restarted it, and the time to recover (from the kill to the first
+learner/peer metrics showing a param version above the one before the kill, after
+the member is back); then whether the job reached its return target afterwards.
+
+    python tools/chaos.py [JOB] [--seed 0] [--rounds 1] [--target 475]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _jobs import ROOT, events, free_ports
+
+KINDS = ("sampler", "replay", "learner", "evaluator", "registry")
+
+
+class Run:
+    """A running job and what its logs say."""
+
+    def __init__(self, job: str, run: Path, extra: list[str]):
+        lo, hi = free_ports()
+        self.run = run
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "launcher.cli", "local", job, "--run-dir", str(run),
+             "--set", f"launch.port_range=[{lo}, {hi}]",
+             "--set", "training.total_timesteps=100000000",  # it ends when we stop it
+             "--set", "launch.max_restarts=20", "--set", "launch.restart_backoff_s=0.5",
+             "--set", "logging.interval_s=0.5", *[f"--set={o}" for o in extra]],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+
+    def launcher(self, name: str) -> list[dict]:
+        return [e for e in events(self.run / "logs" / "launcher.jsonl") if e.get("event") == name]
+
+    def members(self) -> dict[str, str]:
+        return {e["member"]: e["member_role"] for e in self.launcher("role_started")}
+
+    def pid(self, member: str) -> int:
+        started = [e for e in self.launcher("role_started") + self.launcher("role_restarted")
+                   if e["member"] == member and "pid" in e]
+        return max(started, key=lambda e: e["ts"])["pid"]
+
+    def progress(self) -> list[tuple[float, int]]:
+        """(time, param version) from every learner's and peer's metrics."""
+        out = []
+        for p in (self.run / "logs").glob("*.jsonl"):
+            if p.stem.startswith(("learner", "peer")):
+                for e in events(p):
+                    v = e.get("learner/policy_version", e.get("peer/policy_version"))
+                    if e.get("event") == "metrics" and isinstance(v, int):
+                        out.append((e["ts"], v))
+        return sorted(out)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+def wait(pred, timeout: float, step: float = 0.25):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return None
+
+
+def kill_one(r: Run, member: str, recover_s: float) -> dict:
+    """kill -9 `member`; wait until it is back and a new param version is out."""
+    before = max((v for _, v in r.progress()), default=0)
+    pid = r.pid(member)
+    t_kill = time.time()
+    os.kill(pid, signal.SIGKILL)
+    back = wait(lambda: [e for e in r.launcher("role_restarted")
+                         if e["member"] == member and e["ts"] > t_kill], recover_s)
+    restarted = bool(back)
+    t_back = back[0]["ts"] if back else None
+    rec = wait(lambda: [t for t, v in r.progress() if t_back and t > t_back and v > before],
+               recover_s) if restarted else None
+    # a restarted learner may resume below `before`: any new version after its return counts
+    if restarted and rec is None and r.members().get(member) in ("learner", "peer"):
+        base = [v for t, v in r.progress() if t_back and t > t_back]
+        rec = wait(lambda: [t for t, v in r.progress()
+                            if t_back and t > t_back and base and v > base[0]], recover_s)
+    return {"member": member, "kind": r.members().get(member, "?"), "t": t_kill,
+            "restarted": restarted, "recover_s": (rec[0] - t_kill) if rec else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("job", nargs="?", default=str(ROOT / "configs" / "cartpole_ppo.toml"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=1, help="kills of each kind")
+    ap.add_argument("--target", type=float, default=475.0)
+    ap.add_argument("--gap", type=float, nargs=2, default=[2.0, 5.0],
+                    help="seconds between kills, drawn uniformly")
+    ap.add_argument("--recover-s", type=float, default=90.0)
+    ap.add_argument("--set", dest="extra", action="append", default=[])
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        r = Run(args.job, Path(tmp) / "run", args.extra)
+        try:
+            return chaos(r, args, rng)
+        finally:
+            r.stop()
+
+
+def chaos(r: Run, args, rng: random.Random) -> int:
+    if not wait(lambda: any(v > 0 for _, v in r.progress()), 180):
+        print("the job never started training")
+        return 2
+    members = r.members()
+    kinds = [k if k != "learner" or "learner" in members.values() else "peer" for k in KINDS]
+    schedule = [k for k in kinds for _ in range(args.rounds)]
+    rng.shuffle(schedule)
+    print(f"{'kind':<10}{'member':<14}{'at s':>7}{'restarted':>11}{'recovered in s':>16}")
+    t0, rows = time.time(), []
+    for kind in schedule:
+        time.sleep(rng.uniform(*args.gap))
+        member = rng.choice(sorted(m for m, role in r.members().items() if role == kind))
+        row = kill_one(r, member, args.recover_s)
+        rows.append(row)
+        rec = f"{row['recover_s']:.1f}" if row["recover_s"] is not None else "NOT"
+        print(f"{kind:<10}{member:<14}{row['t'] - t0:>7.1f}{str(row['restarted']):>11}"
+              f"{rec:>16}", flush=True)
+    t_done = time.time()
+    best = wait(lambda: [e["eval/return_mean"] for p in (r.run / "logs").glob("evaluator-*.jsonl")
+                         for e in events(p) if e.get("event") == "evaluated"
+                         and e["ts"] > t_done and e["eval/return_mean"] >= args.target], 600, 1.0)
+    restarts = len(r.launcher("role_restarted"))
+    failed = [e["member"] for e in r.launcher("role_failed")]
+    recovered = sum(1 for x in rows if x["recover_s"] is not None)
+    print(f"\nkills {len(rows)} ({', '.join(f'{k} {schedule.count(k)}' for k in kinds)}); "
+          f"restarts {restarts}; recovered {recovered}/{len(rows)}; failed for good "
+          f"{failed or 0}; target {args.target:g} after the kills: "
+          f"{'reached (' + format(max(best), '.1f') + ')' if best else 'NOT reached'}")
+    return 0 if best and recovered == len(rows) and not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

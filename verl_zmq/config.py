@@ -194,6 +194,7 @@ class Training:
     device: str = "cpu"  # cpu or cuda
     torch_threads: int = 1  # resources.learner.cpu wins
     learn: bool = True  # false: drain batches without updating (pipeline benchmarks)
+    update_delay_s: float = 0.0  # sleep after each update: a learner slowed on purpose (soak)
 
 
 @dataclass(frozen=True)

@@ -280,6 +280,8 @@ class LearnerRole(Role):
             self.log.debug("updated", version=self.version, steps=int(batch["reward"].size),
                            learn_s=round(time.monotonic() - t0, 4), pending=self.pending_steps)
             await self.after_update()
+            if self.job.training.update_delay_s > 0:
+                await asyncio.sleep(self.job.training.update_delay_s)
             if self.version % self.job.training.sync_interval_updates == 0:
                 await self.publish()
             if self.env_steps >= self.next_ckpt:

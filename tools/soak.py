@@ -1,0 +1,108 @@
+#!/usr/bin/env python
+"""Bounded memory under overload: CartPole PPO with the learner slowed on purpose
+(`training.update_delay_s`), so the samplers could produce about 10 times what
+it consumes, for --seconds. The RSS of every role is sampled each second from
+/proc; printed per role: RSS after warm-up, at the end, and the growth; then the
+samplers' backpressure wait fraction and whether any role died.
+
+    python tools/soak.py [--seconds 600] [--max-growth-pct 5] [--max-growth-mb 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _jobs import ROOT, events, free_ports
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--warmup", type=float, default=None, help="default: 20%% of the run")
+    ap.add_argument("--delay", type=float, default=0.3,
+                    help="seconds the learner sleeps after each update")
+    ap.add_argument("--max-growth-pct", type=float, default=5.0)
+    ap.add_argument("--max-growth-mb", type=float, default=None,
+                    help="an absolute bound instead (short runs)")
+    args = ap.parse_args()
+    warmup = args.warmup if args.warmup is not None else 0.2 * args.seconds
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        lo, hi = free_ports()
+        job = subprocess.Popen(
+            [sys.executable, "-m", "launcher.cli", "local", str(ROOT / "configs/cartpole_ppo.toml"),
+             "--run-dir", str(run), "--set", f"launch.port_range=[{lo}, {hi}]",
+             "--set", "training.total_timesteps=1000000000",
+             "--set", f"training.update_delay_s={args.delay}", "--set", "logging.interval_s=2.0",
+             "--set", "launch.evaluators=0"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        try:
+            return soak(run, job, args, warmup)
+        finally:
+            if job.poll() is None:
+                job.send_signal(signal.SIGINT)
+                job.wait(120)
+
+
+def soak(run: Path, job: subprocess.Popen, args, warmup: float) -> int:
+    t0 = time.monotonic()
+    pids: dict[str, int] = {}
+    series: dict[str, list[tuple[float, float]]] = {}
+    while time.monotonic() - t0 < args.seconds and job.poll() is None:
+        for e in events(run / "logs" / "launcher.jsonl"):
+            if e.get("event") in ("role_started", "role_restarted") and "pid" in e:
+                pids[e["member"]] = e["pid"]
+        now = time.monotonic() - t0
+        for m, pid in pids.items():
+            v = rss_mb(pid)
+            if v is not None:
+                series.setdefault(m, []).append((now, v))
+        time.sleep(1.0)
+    print(f"{'role':<14}{'after warm-up MB':>18}{'end MB':>10}{'growth MB':>11}{'growth %':>10}")
+    worst_pct = worst_mb = 0.0
+    for m in sorted(series):
+        pts = [v for t, v in series[m] if t >= warmup]
+        if len(pts) < 2:
+            continue
+        start, end = pts[0], pts[-1]
+        g = end - start
+        worst_mb, worst_pct = max(worst_mb, g), max(worst_pct, 100 * g / start)
+        print(f"{m:<14}{start:>18.1f}{end:>10.1f}{g:>+11.1f}{100 * g / start:>+10.1f}")
+    waits = [e["sampler/backpressure_wait_frac"] for p in (run / "logs").glob("sampler-*.jsonl")
+             for e in events(p) if e.get("event") == "metrics"
+             and isinstance(e.get("sampler/backpressure_wait_frac"), int | float)]
+    rate = {k: [e[k] for e in events(run / "logs" / "learner-0.jsonl")
+                if e.get("event") == "metrics" and k in e][-5:]
+            for k in ("learner/env_steps_per_s", "learner/updates_per_s")}
+    died = [e["member"] for e in events(run / "logs" / "launcher.jsonl")
+            if e.get("event") == "role_died"]
+    tail = waits[len(waits) // 2:] or [0.0]
+    print(f"\nsamplers' backpressure wait fraction (second half): mean "
+          f"{sum(tail) / len(tail):.2f}; learner env steps/s (last) "
+          f"{rate['learner/env_steps_per_s']}; roles died: {died or 'none'}")
+    bound_ok = (worst_mb <= args.max_growth_mb if args.max_growth_mb is not None
+                else worst_pct <= args.max_growth_pct)
+    print(f"largest growth after warm-up: {worst_mb:+.1f} MB, {worst_pct:+.1f}% "
+          f"({'within' if bound_ok else 'OVER'} the bound)")
+    return 0 if bound_ok and not died else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -34,7 +34,8 @@ def rss_mb(pid: int) -> float | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=600.0)
-    ap.add_argument("--warmup", type=float, default=None, help="default: 20%% of the run")
+    ap.add_argument("--warmup", type=float, default=None,
+                    help="seconds after training starts (default: 20%% of the run)")
     ap.add_argument("--delay", type=float, default=0.3,
                     help="seconds the learner sleeps after each update")
     ap.add_argument("--max-growth-pct", type=float, default=5.0)
@@ -50,6 +51,10 @@ def main() -> int:
              "--run-dir", str(run), "--set", f"launch.port_range=[{lo}, {hi}]",
              "--set", "training.total_timesteps=1000000000",
              "--set", f"training.update_delay_s={args.delay}", "--set", "logging.interval_s=2.0",
+             # samplers never wait for params and the learner drops nothing as stale:
+             # only the full shard holds the samplers back
+             "--set", "sampling.max_fragments_ahead=1000000000",
+             "--set", "training.max_policy_lag=1000000000",
              "--set", "launch.evaluators=0"],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
@@ -63,12 +68,17 @@ def main() -> int:
 
 def soak(run: Path, job: subprocess.Popen, args, warmup: float) -> int:
     t0 = time.monotonic()
+    started = None  # warm-up counts from the learner's first env steps
     pids: dict[str, int] = {}
     series: dict[str, list[tuple[float, float]]] = {}
-    while time.monotonic() - t0 < args.seconds and job.poll() is None:
+    while (time.monotonic() - t0 < args.seconds + (started or 0.0)
+           and job.poll() is None):
         for e in events(run / "logs" / "launcher.jsonl"):
             if e.get("event") in ("role_started", "role_restarted") and "pid" in e:
                 pids[e["member"]] = e["pid"]
+        if started is None and any(e.get("event") == "metrics" and e.get("learner/env_steps")
+                                   for e in events(run / "logs" / "learner-0.jsonl")):
+            started = time.monotonic() - t0
         now = time.monotonic() - t0
         for m, pid in pids.items():
             v = rss_mb(pid)
@@ -78,7 +88,7 @@ def soak(run: Path, job: subprocess.Popen, args, warmup: float) -> int:
     print(f"{'role':<14}{'after warm-up MB':>18}{'end MB':>10}{'growth MB':>11}{'growth %':>10}")
     worst_pct = worst_mb = 0.0
     for m in sorted(series):
-        pts = [v for t, v in series[m] if t >= warmup]
+        pts = [v for t, v in series[m] if started is not None and t >= started + warmup]
         if len(pts) < 2:
             continue
         start, end = pts[0], pts[-1]

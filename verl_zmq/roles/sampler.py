@@ -160,6 +160,7 @@ class SamplerRole(Role):
         self.new_params = asyncio.Event()
         self.fragments = 0
         self.wait_s = 0.0
+        self.waiting_since: float | None = None
         self.param_wait_s = 0.0
         self.param_waits_timed_out = 0
         self.returns: deque[float] = deque(maxlen=100)
@@ -218,10 +219,11 @@ class SamplerRole(Role):
                 shipped, last_version = 0, self.collector.version
             self.returns.extend(arrays["ep_return"].tolist())
             self.lengths.extend(arrays["ep_length"].tolist())
-            t0 = time.monotonic()
+            self.waiting_since = time.monotonic()
             await self.shard_ready.wait()
             await send(self.push, wire.Fragment(version=version, arrays=arrays), self.id)
-            self.wait_s += time.monotonic() - t0
+            self.wait_s += time.monotonic() - self.waiting_since
+            self.waiting_since = None
             self.fragments += 1
             shipped += 1
 
@@ -233,18 +235,24 @@ class SamplerRole(Role):
     def status(self) -> dict[str, float]:
         return {"fragments": self.fragments, "version": self.collector.version}
 
+    def _waited(self, now: float) -> float:
+        """Seconds spent blocked on sending, a send still blocked included."""
+        since = self.waiting_since
+        return self.wait_s + (now - since if since is not None else 0.0)
+
     def metrics(self) -> dict[str, float]:
         now = time.monotonic()
         t, steps, wait = self._rate
         c = self.collector
         env_steps = c.steps * c.E
         dt = max(now - t, 1e-9)
-        self._rate = (now, env_steps, self.wait_s)
+        waited = self._waited(now)
+        self._rate = (now, env_steps, waited)
         out = {"sampler/env_steps": env_steps,
                "sampler/env_steps_per_s": round((env_steps - steps) / dt, 1),
                "sampler/fragments": self.fragments,
-               "sampler/backpressure_wait_frac": round((self.wait_s - wait) / dt, 4),
-               "sampler/backpressure_wait_s": round(self.wait_s, 3),
+               "sampler/backpressure_wait_frac": round((waited - wait) / dt, 4),
+               "sampler/backpressure_wait_s": round(waited, 3),
                "sampler/param_wait_s": round(self.param_wait_s, 3),
                "sampler/param_waits_timed_out": self.param_waits_timed_out,
                "sampler/policy_version": c.version, "sampler/param_swaps": c.swaps,

@@ -23,3 +23,34 @@ class DictObsEnv(gym.Env):
 def double_reward(obs, action, reward, next_obs) -> float:
     """A custom reward function (`environment.reward_fn = "tests.envs:double_reward"`)."""
     return 2.0 * reward
+
+
+class FaultyCartPole(gym.Env):
+    """CartPole whose `step` hangs or raises now and then (injectable faults, like
+    Tianshou's latency env): every `hang_every`-th step sleeps `hang_s` seconds,
+    every `raise_every`-th step raises; 0 turns a fault off. The time limit is 500."""
+
+    def __init__(self, hang_every: int = 0, raise_every: int = 0, hang_s: float = 3600.0):
+        from gymnasium.envs.classic_control import CartPoleEnv
+
+        self.inner = CartPoleEnv()
+        self.observation_space = self.inner.observation_space
+        self.action_space = self.inner.action_space
+        self.hang_every, self.raise_every, self.hang_s = hang_every, raise_every, hang_s
+        self.steps = self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self.inner.reset(seed=seed, options=options)
+
+    def step(self, action):
+        import time
+
+        self.steps += 1
+        self.t += 1
+        if self.hang_every and self.steps % self.hang_every == 0:
+            time.sleep(self.hang_s)
+        if self.raise_every and self.steps % self.raise_every == 0:
+            raise RuntimeError(f"injected fault at step {self.steps}")
+        obs, r, te, tr, info = self.inner.step(action)
+        return obs, r, te, tr or self.t >= 500, info

@@ -46,6 +46,8 @@ class Environment:
     clip_obs: float = 10.0  # normalised observations are clipped to +-clip_obs
     reward_fn: str = ""  # "module:function" applied to (obs, action, reward, next_obs)
     record_video: str = ""  # evaluator: folder for videos of its first eval episode
+    step_timeout_s: float = 0.0  # > 0: envs step in worker processes; a slower step is a hang
+    max_env_failures: int = 10  # hangs or raises before a sampler gives up (exit 1)
 
 
 @dataclass(frozen=True)

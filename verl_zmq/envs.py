@@ -117,6 +117,10 @@ def make_vector_env(cfg: Environment, num_envs: int, seed: int,
     """`num_envs` copies as one vector env, and the seeds to reset it with."""
     env_id = resolve_id(cfg.id)
     seeds = env_seeds(seed, worker_index, num_envs)
+    if cfg.step_timeout_s > 0:  # envs that may hang or crash: worker processes, guarded
+        from .envguard import GuardedVectorEnv
+
+        return GuardedVectorEnv(cfg, num_envs, seeds), seeds
     if cfg.vectorization != "sync" and _native_ok(cfg, env_id):
         try:
             venv = gym.make_vec(env_id, num_envs, vectorization_mode="vector_entry_point",

@@ -175,6 +175,14 @@ class Role:
         self.request_stop(reason)
 
 
+def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
+    """The exceptions inside (nested) groups: a role's own TaskGroup nests one more."""
+    out: list[BaseException] = []
+    for e in eg.exceptions:
+        out += _leaves(e) if isinstance(e, BaseExceptionGroup) else [e]
+    return out
+
+
 def task_stacks() -> list[str]:
     """Where every asyncio task of this loop is waiting: for hung-role reports."""
     import io
@@ -272,8 +280,11 @@ async def serve(role: Role, install_signals: bool = True) -> int:
         role.log.error("registration_refused", error=str(eg.exceptions[0]))
         rc = EXIT_REFUSED
     except* Exception as eg:
-        for e in eg.exceptions:
+        for e in _leaves(eg):
             role.log.error("task_failed", error=f"{type(e).__name__}: {e}", exc_info=e)
+            # one line on stderr too: the launcher's summary shows a role's last stderr lines
+            print(f"error: {role.id}: {type(e).__name__}: {str(e)[:500]}", file=sys.stderr,
+                  flush=True)
             if isinstance(e, MemoryError):  # the runner names the role's memory limit
                 role.memory_error = e
         rc = EXIT_FAILED

@@ -103,8 +103,13 @@ class Collector:
             actions[t] = a
             for k in self.algo.extras:
                 cols[k][t] = ex[k]
-            raw, r, te, tr, _ = self.venv.step(self.algo.env_action(a))
+            raw, r, te, tr, info = self.venv.step(self.algo.env_action(a))
             ok = ~self.prev_done
+            if "dropped" in info:  # the envs failed and were made anew: drop their episodes
+                ok = np.zeros(E, bool)
+                te, tr = np.zeros(E, bool), np.zeros(E, bool)
+                self.ep_ret[:] = 0.0
+                self.ep_len[:] = 0
             valid[t] = ok
             cols["reward"][t] = np.where(ok, r, 0.0)
             term[t] = te & ok
@@ -254,6 +259,8 @@ class SamplerRole(Role):
                "sampler/backpressure_wait_frac": round((waited - wait) / dt, 4),
                "sampler/backpressure_wait_s": round(waited, 3),
                "sampler/param_wait_s": round(self.param_wait_s, 3),
+               "sampler/env_failures": getattr(c.venv, "failures", 0),
+               "sampler/episodes_dropped": getattr(c.venv, "dropped_episodes", 0),
                "sampler/param_waits_timed_out": self.param_waits_timed_out,
                "sampler/policy_version": c.version, "sampler/param_swaps": c.swaps,
                "sampler/params_rejected": c.rejected_params}

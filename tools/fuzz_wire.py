@@ -83,6 +83,8 @@ def main() -> int:
     ap.add_argument("--job", default=str(ROOT / "configs" / "cartpole_ppo.toml"))
     ap.add_argument("--frames", type=int, default=10_000, help="messages per endpoint")
     ap.add_argument("--oversized", type=int, default=1, help="oversized messages per endpoint")
+    ap.add_argument("--endpoint-s", type=float, default=300.0,
+                    help="at most this long per endpoint (a full shard reads slowly)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target", type=float, default=475.0)
     ap.add_argument("--rss-mb", type=float, default=200.0,
@@ -134,18 +136,23 @@ def send_all(eps: dict[str, str], args, rng: random.Random) -> tuple[int, int]:
     for key, ep in sorted(eps.items()):
         s = ctx.socket(CLIENT[key.split(":")[1]])
         s.linger = 10_000  # what is queued is delivered before the socket goes
-        s.sndtimeo = 2000
+        s.sndtimeo = 200
         s.connect(ep)
         kinds: dict[str, int] = {}
-        sent = 0
-        for _ in range(args.frames):
-            label, frames = next(gen)
+        sent = blocked = 0
+        end = time.monotonic() + args.endpoint_s
+        label, frames = next(gen)
+        while sent < args.frames and time.monotonic() < end:
             try:
                 s.send_multipart(frames)
-            except zmq.Again:
+            except zmq.Again:  # a full shard stops reading: backpressure holds us too
+                blocked += 1
                 continue
             sent += 1
             kinds[label] = kinds.get(label, 0) + 1
+            label, frames = next(gen)
+        if blocked:
+            kinds["(send timeouts: backpressure)"] = blocked
         for _ in range(args.oversized):
             try:
                 s.send(bytes(OVERSIZE))

@@ -117,10 +117,18 @@ def main() -> int:
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         r = Run(args.job, Path(tmp) / "run", args.extra)
+        rc = 2
         try:
-            return chaos(r, args, rng)
+            rc = chaos(r, args, rng)
+            return rc
         finally:
             r.stop()
+            if rc != 0:  # keep the evidence
+                import shutil
+
+                keep = Path(tempfile.gettempdir()) / f"chaos-failed-{int(time.time())}"
+                shutil.copytree(r.run, keep, dirs_exist_ok=True)
+                print(f"run folder kept: {keep}")
 
 
 def chaos(r: Run, args, rng: random.Random) -> int:

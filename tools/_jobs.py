@@ -45,15 +45,31 @@ def events(path: Path) -> list[dict]:
     return out
 
 
-def launch(job: Path | str, run_dir: Path, overrides: list[str], hosts: str = "local",
-           timeout: float | None = None, quiet: bool = True) -> tuple[int, float]:
-    """Run a whole job; return (exit code, wall seconds of the launcher process)."""
+def start(job: Path | str, run_dir: Path, overrides: list[str], hosts: str = "local",
+          quiet: bool = True) -> subprocess.Popen:
+    """Start a whole job with verl-launch in its own session, ports from a free range."""
     lo, hi = free_ports()
     cmd = [sys.executable, "-m", "launcher.cli", hosts, str(job), "--run-dir", str(run_dir),
            "--set", f"launch.port_range=[{lo}, {hi}]", *[f"--set={o}" for o in overrides]]
-    t0 = time.monotonic()
     out = subprocess.DEVNULL if quiet else None
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=out, start_new_session=True)
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=out, start_new_session=True)
+
+
+def stop(p: subprocess.Popen, grace_s: float = 120.0) -> None:
+    """Stop a job started with `start` as Ctrl-C would (SIGINT), then wait for it."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def launch(job: Path | str, run_dir: Path, overrides: list[str], hosts: str = "local",
+           timeout: float | None = None, quiet: bool = True) -> tuple[int, float]:
+    """Run a whole job; return (exit code, wall seconds of the launcher process)."""
+    t0 = time.monotonic()
+    p = start(job, run_dir, overrides, hosts, quiet)
     try:
         rc = p.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -86,4 +102,22 @@ def launcher_start(run_dir: Path) -> float | None:
     for e in events(run_dir / "logs" / "launcher.jsonl"):
         if e.get("event") == "role_started":
             return e["ts"]
+    return None
+
+
+def sampling_start(run_dir: Path) -> float | None:
+    """When the first sampler started sampling (its `sampling_started` event)."""
+    starts = [e["ts"] for p in (run_dir / "logs").glob("sampler-*.jsonl") for e in events(p)
+              if e.get("event") == "sampling_started"]
+    return min(starts) if starts else None
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident memory of a process in MB (from /proc), None when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
     return None

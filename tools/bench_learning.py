@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _jobs import ROOT, events, launch, time_to_return
+from _jobs import ROOT, events, launch, sampling_start, time_to_return
 
 # rl-baselines3-zoo hyperparameters (hyperparams/ppo.yml, CartPole-v1)
 ZOO = {
@@ -113,10 +113,9 @@ def run_ours(cfg: dict, seed: int, target: float) -> dict:
                timeout=3600)
         wall = time.time() - t0
         ts, steps = time_to_return(run, target)
-        starts = [e["ts"] for p in (run / "logs").glob("sampler-*.jsonl") for e in events(p)
-                  if e.get("event") == "sampling_started"]
+        first = sampling_start(run)
         summary = json.loads((run / "summary.json").read_text())
-    to_target = ts - min(starts) if ts is not None and starts else None
+    to_target = ts - first if ts is not None and first is not None else None
     return {"to_target_s": to_target, "wall_s": wall, "steps": steps,
             "best": summary.get("best_eval_return")}
 
@@ -152,8 +151,7 @@ def run_dapo_side(seed: int, target: float, ppo: bool) -> dict:
         wall = time.time() - t0
         evs = [e for e in events(run / "logs" / "evaluator-0.jsonl")
                if e.get("event") == "evaluated"]
-        starts = [e["ts"] for p in (run / "logs").glob("sampler-*.jsonl") for e in events(p)
-                  if e.get("event") == "sampling_started"]
+        first = sampling_start(run)
     latest: dict[str, int] = {}
     reached: set[str] = set()
     trainers = {e.get("member") for e in evs}
@@ -162,7 +160,7 @@ def run_dapo_side(seed: int, target: float, ppo: bool) -> dict:
         if e["eval/return_mean"] >= target:
             reached.add(e["member"])
         if reached and reached == trainers and (ppo or len(trainers) > 1):
-            return {"to_target_s": e["ts"] - min(starts) if starts else None,
+            return {"to_target_s": e["ts"] - first if first is not None else None,
                     "steps": sum(latest.values()), "wall_s": wall}
     return {"to_target_s": None, "steps": None, "wall_s": wall}
 
@@ -211,9 +209,8 @@ def bench_bc(seeds: list[int], target: float) -> None:
                 launch(job, run, over, timeout=900)
                 wall = time.time() - t0
                 ts, n = time_to_return(run, target)
-                starts = [e["ts"] for p in (run / "logs").glob("sampler-*.jsonl")
-                          for e in events(p) if e.get("event") == "sampling_started"]
-                to = ts - min(starts) if ts is not None and starts else None
+                first = sampling_start(run)
+                to = ts - first if ts is not None and first is not None else None
                 steps[who].append(n)
                 print(f"{who:<6}{seed:>5}{fmt(to):>13}{wall:>11.1f}{fmt(n, ','):>10}",
                       flush=True)

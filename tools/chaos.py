@@ -15,13 +15,12 @@ import argparse
 import os
 import random
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _jobs import ROOT, events, free_ports
+from _jobs import ROOT, events, start, stop
 
 KINDS = ("sampler", "replay", "learner", "evaluator", "registry")
 
@@ -30,16 +29,10 @@ class Run:
     """A running job and what its logs say."""
 
     def __init__(self, job: str, run: Path, extra: list[str]):
-        lo, hi = free_ports()
         self.run = run
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "launcher.cli", "local", job, "--run-dir", str(run),
-             "--set", f"launch.port_range=[{lo}, {hi}]",
-             "--set", "training.total_timesteps=100000000",  # it ends when we stop it
-             "--set", "launch.max_restarts=20", "--set", "launch.restart_backoff_s=0.5",
-             "--set", "logging.interval_s=0.5", *[f"--set={o}" for o in extra]],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            start_new_session=True)
+        self.proc = start(job, run, ["training.total_timesteps=100000000",  # we stop it
+                                     "launch.max_restarts=20", "launch.restart_backoff_s=0.5",
+                                     "logging.interval_s=0.5", *extra])
 
     def launcher(self, name: str) -> list[dict]:
         return [e for e in events(self.run / "logs" / "launcher.jsonl") if e.get("event") == name]
@@ -64,12 +57,7 @@ class Run:
         return sorted(out)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        stop(self.proc)
 
 
 def wait(pred, timeout: float, step: float = 0.25):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ import msgpack
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from _jobs import ROOT, events, free_ports  # noqa: E402
+from _jobs import ROOT, events, rss_mb, start, stop  # noqa: E402
 from test_wire import _mutate  # noqa: E402  (the mutator the codec tests use)
 
 from verl_zmq import wire  # noqa: E402
@@ -40,14 +39,6 @@ COMMANDS = (wire.Register, wire.Deregister, wire.Shutdown, wire.SampleRequest)
 OVERSIZE = 257 << 20  # past the 256 MiB message limit
 
 
-def rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def cases(rng: random.Random):
@@ -94,21 +85,14 @@ def main() -> int:
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
-        lo, hi = free_ports()
-        cmd = [sys.executable, "-m", "launcher.cli", "local", args.job, "--run-dir", str(run),
-               "--set", f"launch.port_range=[{lo}, {hi}]", "--set", "security.curve=false",
-               # no early stop: the job must outlive the fuzzing; reaching the target after
-               # it is checked from the evaluations, then the job is stopped
-               "--set", "training.total_timesteps=100000000",
-               "--set", "logging.interval_s=1.0", *[f"--set={o}" for o in args.extra]]
-        job = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+        # no early stop: the job must outlive the fuzzing; reaching the target after it
+        # is checked from the evaluations, then the job is stopped
+        job = start(args.job, run, ["security.curve=false", "training.total_timesteps=100000000",
+                                    "logging.interval_s=1.0", *args.extra])
         try:
             return fuzz(run, job, args, rng)
         finally:
-            if job.poll() is None:
-                job.send_signal(signal.SIGINT)
-                job.wait(60)
+            stop(job)
 
 
 def _endpoints(run: Path) -> dict[str, str]:
@@ -209,8 +193,7 @@ def fuzz(run: Path, job: subprocess.Popen, args, rng: random.Random) -> int:
     print(f"crashes: {len(crashes)} {crashes if crashes else ''}")
     print(f"after the fuzzing: best eval {max(evals) if evals else None}; "
           f"target {args.target:g} {'reached' if reached else 'NOT reached'}")
-    job.send_signal(signal.SIGINT)
-    job.wait(120)
+    stop(job)
     errors: dict[str, int] = {}
     for p in (run / "logs").glob("*.jsonl"):
         for e in events(p):

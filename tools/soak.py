@@ -11,24 +11,13 @@ samplers' backpressure wait fraction and whether any role died.
 from __future__ import annotations
 
 import argparse
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _jobs import ROOT, events, free_ports
-
-
-def rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+from _jobs import ROOT, events, rss_mb, start, stop
 
 
 def main() -> int:
@@ -45,25 +34,17 @@ def main() -> int:
     warmup = args.warmup if args.warmup is not None else 0.2 * args.seconds
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
-        lo, hi = free_ports()
-        job = subprocess.Popen(
-            [sys.executable, "-m", "launcher.cli", "local", str(ROOT / "configs/cartpole_ppo.toml"),
-             "--run-dir", str(run), "--set", f"launch.port_range=[{lo}, {hi}]",
-             "--set", "training.total_timesteps=1000000000",
-             "--set", f"training.update_delay_s={args.delay}", "--set", "logging.interval_s=2.0",
-             # samplers never wait for params and the learner drops nothing as stale:
-             # only the full shard holds the samplers back
-             "--set", "sampling.max_fragments_ahead=1000000000",
-             "--set", "training.max_policy_lag=1000000000",
-             "--set", "launch.evaluators=0"],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            start_new_session=True)
+        job = start(ROOT / "configs/cartpole_ppo.toml", run, [
+            "training.total_timesteps=1000000000", f"training.update_delay_s={args.delay}",
+            "logging.interval_s=2.0",
+            # samplers never wait for params and the learner drops nothing as stale:
+            # only the full shard holds the samplers back
+            "sampling.max_fragments_ahead=1000000000", "training.max_policy_lag=1000000000",
+            "launch.evaluators=0"])
         try:
             return soak(run, job, args, warmup)
         finally:
-            if job.poll() is None:
-                job.send_signal(signal.SIGINT)
-                job.wait(120)
+            stop(job)
 
 
 def soak(run: Path, job: subprocess.Popen, args, warmup: float) -> int:

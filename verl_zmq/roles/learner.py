@@ -271,14 +271,9 @@ class LearnerRole(Role):
             if not self.job.training.learn:  # drain only: measures the pipeline
                 continue
             batch = concat_fragments(frags, self.algo.extras)
-            self.algo.progress = min(1.0, self.env_steps / total)
-            self.algo.env_steps = self.env_steps
-            t0 = time.monotonic()
-            self.last_metrics = await asyncio.to_thread(self.algo.learn, batch)
-            self.learn_s += time.monotonic() - t0
-            self.version += 1
+            learn_s = await self._update(batch)
             self.log.debug("updated", version=self.version, steps=int(batch["reward"].size),
-                           learn_s=round(time.monotonic() - t0, 4), pending=self.pending_steps)
+                           learn_s=round(learn_s, 4), pending=self.pending_steps)
             await self.after_update()
             if self.job.training.update_delay_s > 0:
                 await asyncio.sleep(self.job.training.update_delay_s)
@@ -325,12 +320,7 @@ class LearnerRole(Role):
                     self.shard_sizes[sock] = int(a["size"][0])
                 # never backwards: a shard restarted from an older snapshot reports less
                 self.env_steps = max(self.env_steps, sum(self.shard_steps.values()))
-                self.algo.progress = min(1.0, self.env_steps / total)
-                self.algo.env_steps = self.env_steps
-                t0 = time.monotonic()
-                self.last_metrics = await asyncio.to_thread(self.algo.learn, a)
-                self.learn_s += time.monotonic() - t0
-                self.version += 1
+                await self._update(a)
                 if self.algo.priorities is not None and sock in live:
                     await send(sock, wire.PriorityUpdate(arrays={
                         "index": np.asarray(a["index"]), "generation": np.asarray(a["generation"]),
@@ -384,6 +374,17 @@ class LearnerRole(Role):
             self.pending_steps += steps
             return []
         return [a for _, a, _ in out]
+
+    async def _update(self, batch) -> float:
+        """One update in a worker thread (heartbeats go on); returns its seconds."""
+        self.algo.progress = min(1.0, self.env_steps / self.job.training.total_timesteps)
+        self.algo.env_steps = self.env_steps  # schedules and demonstration decay read it
+        t0 = time.monotonic()
+        self.last_metrics = await asyncio.to_thread(self.algo.learn, batch)
+        dt = time.monotonic() - t0
+        self.learn_s += dt
+        self.version += 1
+        return dt
 
     async def after_update(self) -> None:
         """Called after each on-policy update (peers gossip and mix here)."""

@@ -60,7 +60,7 @@ class PeerRole(LearnerRole):
         self.stats = dict.fromkeys(("exchanges", "pulls", "pulls_skipped", "mixes", "adopted",
                                     "refused", "timeouts", "stale_dropped",
                                     "uninformative_dropped"), 0)
-        self._fp_cache: tuple[int, str] = (-1, "")
+        self._fp_cache: tuple[tuple[int, float], str] = ((-1, 0.0), "")
         self._registry_peers: dict[str, wire.Member] = {}
         self.bootstrapped = asyncio.Event()
 
@@ -130,9 +130,11 @@ class PeerRole(LearnerRole):
         return out
 
     def _fingerprint(self) -> str:
-        # params change only at an update or a mix, both of which bump the version
-        if self._fp_cache[0] != self.version:
-            self._fp_cache = (self.version, gossip.fingerprint(self._own()))
+        # params change only at an update or a mix, both of which bump the version; the
+        # observation statistics that travel with them change as fragments arrive
+        key = (self.version, self.rms.count if self.job.environment.normalize_obs else 0.0)
+        if self._fp_cache[0] != key:
+            self._fp_cache = (key, gossip.fingerprint(self._own()))
         return self._fp_cache[1]
 
     def _reward(self) -> float:

@@ -1,6 +1,7 @@
 """Registry and discovery with real processes: a member killed with -9 is seen
 leaving; a registry killed and restarted on the same endpoint gets every member
-back; a member with other versions is refused with a clear error."""
+back, no member drops a live one meanwhile and one that died unseen is dropped
+after the grace; a member with other versions is refused with a clear error."""
 
 from __future__ import annotations
 
@@ -106,15 +107,28 @@ def test_member_death_and_registry_restart(cluster):
     left = [e for e in c.events("replay-0", "membership_changed") if e.get("op") == "leave"]
     assert left[0]["ts"] - t_kill <= BOUND
 
+    c.start("replay", "replay-3")
+    wait_for(lambda: any(e.get("member") == "replay-3" for e in
+                         c.events("replay-0", "membership_changed")), BOUND, what="replay-3 seen")
     c.procs["registry"].send_signal(signal.SIGKILL)
     c.procs["registry"].wait(5)
+    c.procs["replay-3"].send_signal(signal.SIGKILL)  # dies while nobody is watching
     time.sleep(HB)  # members now talk to nobody
     t_new = time.time()
     c.start("registry", "registry")
     wait_for(lambda: _registry_members(c, t_new) >= {"replay-0", "replay-2"}, BOUND,
              what="members back in the new registry")
     assert "replay-1" not in _registry_members(c, t_new)
-    # survivors kept working throughout
+
+    def dropped(viewer: str) -> set[str]:
+        return {m for e in c.events(viewer, "membership_changed") if e["ts"] >= t_new
+                for m in ([e["member"]] if e.get("op") == "leave" else e.get("dropped", []))}
+
+    # the member that died unseen is dropped once the re-registration grace is over...
+    wait_for(lambda: "replay-3" in dropped("replay-0") and "replay-3" in dropped("replay-2"),
+             BOUND + HB * LIVENESS, what="replay-3 dropped after the grace")
+    # ...and no live member was ever dropped by a survivor: the restart cost no reconnect
+    assert "replay-2" not in dropped("replay-0") and "replay-0" not in dropped("replay-2")
     for m in ("replay-0", "replay-2"):
         assert c.procs[m].poll() is None
 

@@ -181,7 +181,7 @@ class LearnerRole(Role):
                     self.shard_sizes.pop(sock, None)
                     self.credit_out.pop(sock, None)
                     self.log.info("shard_disconnected", member=mid, endpoint=ep[0],
-                                  incarnation=ep[1])
+                                  shard_incarnation=ep[1])
             for mid, (ep, inc) in wanted.items():
                 if ep and mid not in self.dealers:
                     sock = self.ctx.transport.connect(zmq.DEALER, ep, hwm=1000)
@@ -260,10 +260,13 @@ class LearnerRole(Role):
         total = self.job.training.total_timesteps
         await self.publish()
         while self.env_steps < total:
-            self.log.debug("waiting", pending=self.pending_steps)
-            await self.data_ready.wait()
-            self.data_ready.clear()
+            # level-triggered: a batch already pending is trained on without waiting for
+            # another fragment. The learner may hold every credit it gave a shard (after a
+            # reconnect, fragments of the old socket return none), so none would come.
             if self.pending_steps < self.algo.params.batch_size:
+                self.log.debug("waiting", pending=self.pending_steps)
+                self.data_ready.clear()
+                await self.data_ready.wait()
                 continue
             frags = await self._next_batch()
             if not frags:

@@ -7,6 +7,11 @@ exponential backoff, keeping its last known membership meanwhile. Membership
 is zguide's Clone: a snapshot at registration, then sequenced deltas on the
 registry's PUB; a gap (seen from a delta or from the sequence number that
 every heartbeat reply carries) asks for a new snapshot.
+
+A registry that restarted knows only the members that registered again so far.
+So after registering *again*, members missing from its snapshots are kept for
+one liveness period (every live member re-registers within it), then a fresh
+snapshot decides: a registry restart costs no member a reconnect.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class RegistryClient:
         self.sub_endpoint = ""
         self.registered = False
         self.last_reply = 0.0
+        self.keep_until = 0.0  # until then, snapshots add members and drop none
 
     # -- membership -----------------------------------------------------------
 
@@ -52,7 +58,15 @@ class RegistryClient:
         self.role.on_membership(dict(self.members))
 
     def _apply_snapshot(self, seq: int, members: list[wire.Member]) -> None:
-        self.members = {m.id: m for m in members}
+        new = {m.id: m for m in members}
+        if time.monotonic() < self.keep_until:
+            for mid, m in self.members.items():
+                new.setdefault(mid, m)
+        dropped = sorted(set(self.members) - set(new))
+        if dropped:
+            self.log.info("membership_changed", op="snapshot", dropped=dropped,
+                          members=len(new))
+        self.members = new
         self.seq = seq
         self._publish()
 
@@ -110,6 +124,8 @@ class RegistryClient:
                     raise RoleRefused(msg.error)
                 self.registered = True
                 self.last_reply = time.monotonic()
+                if self.members:  # registering again: the registry may have restarted
+                    self.keep_until = self.last_reply + self.interval * self.liveness
                 self._subscribe(msg.pub_endpoint)
                 self._apply_snapshot(msg.members_seq, msg.members)
                 self.log.info("registered", registry=self.endpoint, members=len(msg.members))
@@ -138,6 +154,9 @@ class RegistryClient:
         next_beat = 0.0
         while self.registered:
             now = time.monotonic()
+            if self.keep_until and now >= self.keep_until:
+                self.keep_until = 0.0  # the grace is over: the next snapshot decides
+                await send(self.dealer, wire.SnapshotRequest(), self.me.id)
             if now >= next_beat:
                 await send(self.dealer, wire.Heartbeat(incarnation=self.me.incarnation,
                                                        status=self.role.status()), self.me.id)

@@ -14,6 +14,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,7 +106,9 @@ class RoleProcess:
     err_path: Path
     env: dict = field(default_factory=dict)
     proc: asyncio.subprocess.Process | None = None
-    restarts: int = 0
+    restarts: int = 0  # in all
+    streak: int = 0  # restarts since it last stayed up for launch.restart_window_s
+    started_at: float = 0.0  # monotonic
     exit_code: int | None = None
 
     async def start(self) -> None:
@@ -119,6 +122,7 @@ class RoleProcess:
             out.close()
             err.close()
         self.exit_code = None
+        self.started_at = time.monotonic()
         self.proc.stdin.write(self.bundle)
         await self.proc.stdin.drain()
 

@@ -20,6 +20,7 @@ from .plan import Plan
 from .remote import RoleProcess, full_argv, make_bundle
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+MAX_BACKOFF_S = 60.0  # restart delays double up to this
 VITAL = ("registry", "learner")  # DAPO has no centre: only losing every peer fails it
 
 
@@ -74,6 +75,21 @@ class Progress:
         eta = (f"{(self.total - self.env_steps) / self.rate:.0f}s" if self.rate > 0 else "-")
         return (f"[{elapsed:6.1f}s] env steps {self.env_steps:,}/{self.total:,} "
                 f"({self.rate:,.0f}/s) | eval {ev} (best {best}) | ETA {eta}")
+
+
+def restart_delay(L, rp: RoleProcess, rc: int, now: float) -> float | None:
+    """Seconds to wait before restarting `rp`, which exited with `rc`; None to give
+    up (bad input, exit 2, or the restart budget spent). Counts the restart."""
+    # a role that had been up for the window crashed anew, not in a loop: the budget
+    # and the backoff start afresh (a week-long job survives a crash a day)
+    if now - rp.started_at >= L.restart_window_s:
+        rp.streak = 0
+    if rc == 2 or rp.streak >= L.max_restarts_per_role.get(rp.placement.role, L.max_restarts):
+        return None
+    delay = min(L.restart_backoff_s * (2 ** rp.streak), MAX_BACKOFF_S)
+    rp.streak += 1
+    rp.restarts += 1
+    return delay
 
 
 class Supervisor:
@@ -146,10 +162,8 @@ class Supervisor:
             tail = _last_lines(rp.err_path, 5)
             self.log.warning("role_died", member=p.member_id, member_role=p.role, exit_code=rc,
                              restarts=rp.restarts, last_error=tail)
-            limit = L.max_restarts_per_role.get(p.role, L.max_restarts)
-            if rc != 2 and rp.restarts < limit:
-                delay = L.restart_backoff_s * (2 ** rp.restarts)
-                rp.restarts += 1
+            delay = restart_delay(L, rp, rc, time.monotonic())
+            if delay is not None:
                 await asyncio.sleep(delay)
                 if self.stopping:
                     return

@@ -133,3 +133,33 @@ def test_launcher_refuses_a_used_run_folder_without_resume(tmp_path):
     r = launch("local", str(CONFIGS / "cartpole_ppo.toml"), "--resume", str(tmp_path / "none"),
                timeout=60)
     assert r.returncode == 2 and "no plan.json" in r.stderr, r.stderr
+
+
+def test_restart_policy_backs_off_gives_up_and_forgives_a_long_run(tmp_path):
+    from launcher.plan import Placement
+    from launcher.remote import RoleProcess
+    from launcher.supervisor import restart_delay
+
+    job = load_job(CONFIGS / "cartpole_ppo.toml", overrides=[
+        "launch.max_restarts=3", "launch.restart_backoff_s=1", "launch.restart_window_s=100",
+        "launch.max_restarts_per_role={sampler = 1}"])
+    L = job.launch
+    rp = RoleProcess(Placement("learner-0", "learner", "main", 0), [], b"",
+                     tmp_path / "l.jsonl", tmp_path / "l.err")
+    # a crash loop: 1, 2, 4 s, then it fails for good
+    assert [restart_delay(L, rp, 1, rp.started_at + 5) for _ in range(4)] == [1, 2, 4, None]
+    assert rp.restarts == 3
+    # up for the window since its last start: the budget and the backoff start afresh
+    rp.started_at = 1000.0
+    assert restart_delay(L, rp, 1, 1000.0 + 100) == 1
+    assert restart_delay(L, rp, -9, 1000.0 + 1) == 2 and rp.restarts == 5
+    # exit 2 is bad input: never restarted; a per-role budget overrides the global one
+    assert restart_delay(L, RoleProcess(rp.placement, [], b"", rp.log_path, rp.err_path),
+                         2, 0.0) is None
+    s = RoleProcess(Placement("sampler-0", "sampler", "main", 0), [], b"", rp.log_path,
+                    rp.err_path)
+    assert [restart_delay(L, s, 1, 1.0) for _ in range(2)] == [1, None]
+    # the delay is capped however large the budget
+    big = load_job(CONFIGS / "cartpole_ppo.toml", overrides=["launch.max_restarts=20"]).launch
+    fresh = RoleProcess(rp.placement, [], b"", rp.log_path, rp.err_path)
+    assert max(restart_delay(big, fresh, 1, 0.0) for _ in range(20)) == 60.0

@@ -7,6 +7,7 @@ learner/peer metrics showing a param version above the one before the kill, afte
 the member is back); then whether the job reached its return target afterwards.
 
     python tools/chaos.py [JOB] [--seed 0] [--rounds 1] [--target 475]
+    python tools/chaos.py --kinds registry --rounds 6    # one kind, again and again
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def main() -> int:
     ap.add_argument("job", nargs="?", default=str(ROOT / "configs" / "cartpole_ppo.toml"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=1, help="kills of each kind")
+    ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS),
+                    help="which kinds to kill (learner means a peer in DAPO)")
     ap.add_argument("--target", type=float, default=475.0)
     ap.add_argument("--gap", type=float, nargs=2, default=[2.0, 5.0],
                     help="seconds between kills, drawn uniformly")
@@ -124,7 +127,8 @@ def chaos(r: Run, args, rng: random.Random) -> int:
         print("the job never started training")
         return 2
     members = r.members()
-    kinds = [k if k != "learner" or "learner" in members.values() else "peer" for k in KINDS]
+    kinds = [k if k != "learner" or "learner" in members.values() else "peer"
+             for k in args.kinds]
     schedule = [k for k in kinds for _ in range(args.rounds)]
     rng.shuffle(schedule)
     print(f"{'kind':<10}{'member':<14}{'at s':>7}{'restarted':>11}{'recovered in s':>16}")

@@ -266,7 +266,8 @@ class Launch:
     heartbeat_liveness: int = 3  # missed heartbeats before a member counts as dead
     max_restarts: int = 3  # per role process, with exponential backoff
     max_restarts_per_role: dict = field(default_factory=dict)  # e.g. {sampler = 10}
-    restart_backoff_s: float = 1.0  # first restart delay; doubles each time
+    restart_backoff_s: float = 1.0  # first restart delay; doubles each time, up to 60 s
+    restart_window_s: float = 600.0  # up this long: the role's restart budget starts afresh
     grace_s: float = 10.0  # between SIGTERM and SIGKILL when stopping
     python: str = ""  # interpreter on remote hosts (default python3)
     workdir: str = ""  # cd here on remote hosts before starting a role
@@ -512,6 +513,7 @@ def _check_semantics(job: Job, source: str) -> None:
         ("replay.capacity", job.replay.capacity),
         ("launch.heartbeat_interval_s", lr.heartbeat_interval_s),
         ("launch.heartbeat_liveness", lr.heartbeat_liveness),
+        ("launch.restart_window_s", lr.restart_window_s),
         ("logging.interval_s", job.logging.interval_s),
         ("evaluation.interval_steps", job.evaluation.interval_steps),
         ("evaluation.n_eval_episodes", job.evaluation.n_eval_episodes),

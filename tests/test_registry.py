@@ -144,12 +144,19 @@ def test_version_mismatch_is_refused_in_both_logs(cluster, monkeypatch):
         "def fake():\n    d = _orig(); d['gymnasium'] = '0.0.1'; return d\n"
         "v.local_versions = fake\nimport verl_zmq.roles.membership as m\n"
         "m.local_versions = fake\nfrom verl_zmq.cli import main\nsys.exit(main())\n")
-    p = subprocess.Popen([PY, str(wrapper), "role", "replay", "--job", str(c.job), "--registry",
-                          c.registry, "--id", "replay-old", "--run-dir", str(c.tmp),
-                          "--log-file", str(c.log("replay-old"))], cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    with open(c.tmp / "replay-old.err", "ab") as err:
+        p = subprocess.Popen([PY, str(wrapper), "role", "replay", "--job", str(c.job),
+                              "--registry", c.registry, "--id", "replay-old", "--run-dir",
+                              str(c.tmp), "--log-file", str(c.log("replay-old"))], cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=err)
     c.procs["replay-old"] = p
-    assert p.wait(30) == 2
+    try:
+        rc = p.wait(30)
+    except subprocess.TimeoutExpired:
+        rc = None
+    assert rc == 2, "\n".join(f"{n}: {(c.tmp / n).read_text()[-1500:]}" for n in (
+        "registry.err", "registry.jsonl", "replay-old.err", "replay-old.jsonl")
+        if (c.tmp / n).exists())
     refused = c.events("replay-old", "registration_refused")
     assert refused and "gymnasium 0.0.1 (member)" in refused[0]["error"]
     logged = c.events("registry", "member_refused")

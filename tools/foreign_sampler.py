@@ -292,6 +292,13 @@ def main() -> None:
     s.register()
     t_end = time.monotonic() + args.seconds if args.seconds > 0 else float("inf")
     next_hb = time.monotonic()
+    # bounded staleness, as the README's samplers do: after `max_fragments_ahead`
+    # fragments on one param version, wait (up to 2 x liveness) for a newer one;
+    # otherwise fragments queue up in sockets and arrive too old to learn from
+    ahead = int(sampling.get("max_fragments_ahead", 2))
+    if sampling.get("mode", "async") == "sync":
+        ahead = 1
+    shipped, shipped_version, waited_since = 0, None, None
     while not s.stop and time.monotonic() < t_end:
         if time.monotonic() >= next_hb:
             s.heartbeat()
@@ -300,7 +307,16 @@ def main() -> None:
         if s.policy.version < 0 or not any(k.startswith("push:") for k in s.connected):
             time.sleep(0.05)  # no params or no shard yet
             continue
+        if s.policy.version != shipped_version:
+            shipped, shipped_version, waited_since = 0, s.policy.version, None
+        if ahead and shipped >= ahead:
+            waited_since = waited_since or time.monotonic()
+            if time.monotonic() - waited_since < 2 * s.hb * s.liveness:
+                s.sub.poll(10)  # new params wake us
+                continue
+            waited_since = None  # timed out: one more fragment on these params
         arrays, version = collect(s, venv, state, T, rng)
+        shipped += 1
         frames = s.wire.encode("Fragment", {"version": version}, arrays)
         while not s.stop:  # a full shard blocks us: keep heartbeating meanwhile
             try:

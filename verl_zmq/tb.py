@@ -25,12 +25,16 @@ def available() -> bool:
 
 
 class TBWriter:
-    """Follows a run folder's logs and appends what is new to `tb/`."""
+    """Follows a run folder's logs and appends what is new to `tb/` (on a resumed
+    run, only what this launcher's roles log: the rest is charted already)."""
 
     def __init__(self, run_dir: Path, job_text: str = ""):
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self.view = RunView(run_dir)
+        # made before the job's roles start: what the logs already hold is a resumed
+        # run's past, charted by the launcher that ran it. Read for the state only.
+        self.view.poll()
         self.writer = EventFileWriter(str(run_dir / "tb"))
         self.latest: dict[str, dict[str, dict]] = {r: {} for r in AGGREGATED}
         if job_text:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Print the job-file reference (every key, type, default, unit, note) as
-Markdown, from the dataclasses in verl_zmq/config.py. The README's reference is
+Markdown, from the dataclasses in verl_zmq/config/sections.py. The README's reference is
 this output; tests/test_docs.py checks that it names every key.
 
     python tools/gen_reference.py                   # print it

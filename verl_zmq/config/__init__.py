@@ -1,0 +1,46 @@
+"""Job files: TOML loaded into frozen dataclasses, one per section.
+
+Every key has a type and a default; unknown keys, wrong types and bad values
+fail at load with the file, the dotted key, what was expected and, for
+misspelt keys, a did-you-mean. Imports nothing heavy (the launcher uses it).
+`sections` holds the dataclasses, `loading` reads and converts them, `checks`
+the semantic checks, `writing` the TOML writer.
+"""
+
+from .loading import apply_override, build_job, load_job, loads_job, parse_override
+from .sections import (
+    ALGO_PARAMS,
+    REQUIRED_SECTIONS,
+    Algorithm,
+    BehaviourCloning,
+    Checkpoint,
+    ConfigError,
+    DAPOParams,
+    DQNParams,
+    Environment,
+    Evaluation,
+    Experiment,
+    Gossip,
+    Job,
+    Launch,
+    Logging,
+    Policy,
+    PPOParams,
+    Replay,
+    Resources,
+    RoleResources,
+    SACParams,
+    Sampling,
+    Security,
+    Training,
+)
+from .writing import _tval, dumps_job, dumps_toml, job_to_dict
+
+__all__ = [
+    "ALGO_PARAMS", "REQUIRED_SECTIONS", "Algorithm", "BehaviourCloning", "Checkpoint",
+    "ConfigError", "DAPOParams", "DQNParams", "Environment", "Evaluation", "Experiment",
+    "Gossip", "Job", "Launch", "Logging", "PPOParams", "Policy", "Replay", "Resources",
+    "RoleResources", "SACParams", "Sampling", "Security", "Training", "_tval",
+    "apply_override", "build_job", "dumps_job", "dumps_toml", "job_to_dict", "load_job",
+    "loads_job", "parse_override",
+]

@@ -1,0 +1,96 @@
+"""What a job means, checked once its types are right: positive counts and
+periods, consistent sizes, configurations that would deadlock."""
+
+from __future__ import annotations
+
+import math
+
+from .sections import ConfigError, Job
+
+
+def _positive(source: str, pairs: list[tuple[str, float]]) -> None:
+    for key, v in pairs:
+        if not (v > 0) or (isinstance(v, float) and math.isinf(v)):
+            raise ConfigError(f"{source}: {key}: expected a positive number, got {v!r}")
+
+
+def check_semantics(job: Job, source: str) -> None:
+    s, lr, tr = job.sampling, job.launch, job.training
+    _positive(source, [
+        ("sampling.num_workers", s.num_workers),
+        ("sampling.num_envs_per_worker", s.num_envs_per_worker),
+        ("sampling.fragment_length", s.fragment_length),
+        ("sampling.sync_interval_steps", s.sync_interval_steps),
+        ("sampling.max_fragments_ahead + 1", s.max_fragments_ahead + 1),
+        ("sampling.torch_threads", s.torch_threads),
+        ("training.total_timesteps", tr.total_timesteps),
+        ("training.sync_interval_updates", tr.sync_interval_updates),
+        ("training.prefetch", tr.prefetch),
+        ("training.torch_threads", tr.torch_threads),
+        ("replay.capacity", job.replay.capacity),
+        ("launch.heartbeat_interval_s", lr.heartbeat_interval_s),
+        ("launch.heartbeat_liveness", lr.heartbeat_liveness),
+        ("launch.restart_window_s", lr.restart_window_s),
+        ("logging.interval_s", job.logging.interval_s),
+        ("evaluation.interval_steps", job.evaluation.interval_steps),
+        ("evaluation.n_eval_episodes", job.evaluation.n_eval_episodes),
+        ("checkpoint.interval_steps", job.checkpoint.interval_steps),
+    ])
+    if len(lr.port_range) != 2 or not (1024 <= lr.port_range[0] < lr.port_range[1] <= 65535):
+        raise ConfigError(
+            f"{source}: launch.port_range: expected [low, high] with 1024 <= low < high <= "
+            f"65535, got {lr.port_range!r}"
+        )
+    if lr.registry_port and not (lr.port_range[0] <= lr.registry_port <= lr.port_range[1]):
+        raise ConfigError(
+            f"{source}: launch.registry_port: expected a port inside launch.port_range "
+            f"{lr.port_range}, got {lr.registry_port}"
+        )
+    for role, n in lr.max_restarts_per_role.items():
+        if role not in ("registry", "replay", "learner", "evaluator", "sampler", "peer"):
+            raise ConfigError(f"{source}: launch.max_restarts_per_role.{role}: not a role "
+                              f"(registry, replay, learner, evaluator, sampler, peer)")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ConfigError(f"{source}: launch.max_restarts_per_role.{role}: expected a "
+                              f"non-negative integer, got {n!r}")
+    if job.security.curve not in (True, False, "auto"):
+        raise ConfigError(
+            f"{source}: security.curve: expected true, false or \"auto\", "
+            f"got {job.security.curve!r}"
+        )
+    on_policy = job.algorithm.name in ("ppo", "dapo")
+    if on_policy and job.replay.mode != "fifo":
+        raise ConfigError(
+            f"{source}: replay.mode: {job.algorithm.name} is on-policy and needs \"fifo\", "
+            f"got {job.replay.mode!r}"
+        )
+    if not on_policy and job.replay.mode == "fifo":
+        raise ConfigError(
+            f"{source}: replay.mode: {job.algorithm.name} is off-policy and needs "
+            f"\"uniform\" or \"prioritized\", got \"fifo\""
+        )
+    if job.replay.capacity < job.fragment_steps:
+        raise ConfigError(
+            f"{source}: replay.capacity: {job.replay.capacity} transitions cannot hold one "
+            f"fragment of sampling.fragment_length x sampling.num_envs_per_worker = "
+            f"{job.fragment_steps}; raise replay.capacity"
+        )
+    R = job.replay
+    if R.samples_per_insert > 0 and R.error_buffer < max(1.0, R.samples_per_insert):
+        raise ConfigError(
+            f"{source}: replay.error_buffer: {R.error_buffer} would let the replay-ratio "
+            f"limiter block sampling and inserting at once; use at least "
+            f"max(1, replay.samples_per_insert) = {max(1.0, R.samples_per_insert)}")
+    bc = job.algorithm.bc
+    if bc.demos and job.algorithm.name not in ("ppo", "dapo", "sac"):
+        raise ConfigError(f"{source}: algorithm.bc.demos: behaviour cloning is for ppo, dapo "
+                          f"and sac, not {job.algorithm.name}")
+    if bc.mixing_ratio < 0 or bc.decay_steps < 0 or bc.batch_size < 1:
+        raise ConfigError(f"{source}: algorithm.bc: mixing_ratio and decay_steps must be >= 0 "
+                          f"and batch_size >= 1")
+    p = job.algorithm.params
+    if on_policy and p.minibatch_size > p.batch_size:
+        raise ConfigError(
+            f"{source}: algorithm.params.minibatch_size: {p.minibatch_size} is larger than "
+            f"algorithm.params.batch_size {p.batch_size}"
+        )

@@ -1,0 +1,181 @@
+"""Reading a job: TOML and `--set key=value` overrides into the section
+dataclasses, each value converted to its key's type; unknown keys, wrong types
+and bad values fail with the file, the dotted key, what was expected and, for
+misspelt keys, a did-you-mean."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+from .checks import check_semantics
+from .sections import ALGO_PARAMS, REQUIRED_SECTIONS, Algorithm, ConfigError, Job
+
+
+def load_job(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Job:
+    """Read, override and validate a job file; raise ConfigError naming file and key."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read job file: {e.strerror or e}") from None
+    return loads_job(text, str(path), overrides)
+
+
+def loads_job(text: str, source: str = "<job>", overrides=()) -> Job:
+    """Like load_job, from TOML text; `source` names it in errors."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{source}: TOML syntax error: {e}") from None
+    for item in overrides:
+        apply_override(raw, item, source)
+    return build_job(raw, source)
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`section.key=value`: the value is a TOML value if it parses, else a string."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected section.key=value")
+    key, _, value = item.partition("=")
+    parts = [p.strip() for p in key.strip().split(".")]
+    if len(parts) < 2 or not all(parts):
+        raise ConfigError(f"--set {item!r}: expected a dotted key like training.total_timesteps")
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()
+    return parts, parsed
+
+
+def apply_override(raw: dict, item: str, source: str = "<job>") -> None:
+    parts, value = parse_override(item)
+    node = raw
+    for p in parts[:-1]:
+        nxt = node.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{source}: --set {item!r}: {'.'.join(parts[:-1])} is not a table")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def build_job(raw: dict, source: str = "<job>") -> Job:
+    missing = [s for s in REQUIRED_SECTIONS if s not in raw]
+    if missing:
+        raise ConfigError(
+            f"{source}: missing section [{missing[0]}]; a job file needs "
+            + ", ".join(f"[{s}]" for s in REQUIRED_SECTIONS)
+        )
+    job = _build_dataclass(Job, raw, "", source)
+    check_semantics(job, source)
+    return job
+
+
+def _did_you_mean(key: str, choices) -> str:
+    close = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _build_dataclass(cls, raw: Any, prefix: str, source: str):
+    where = prefix.rstrip(".") or "top level"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: {where}: expected a table, got {_tname(raw)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in raw:
+        if key not in fields:
+            valid = ", ".join(sorted(fields))
+            raise ConfigError(
+                f"{source}: unknown key {prefix}{key}{_did_you_mean(key, fields)}; "
+                f"valid keys in {where}: {valid}"
+            )
+    kwargs = {}
+    for name in fields:
+        if name not in raw:
+            continue
+        key = f"{prefix}{name}"
+        if cls is Algorithm and name == "params":
+            continue
+        kwargs[name] = _convert(raw[name], hints[name], key, source)
+    if cls is Algorithm:
+        algo = kwargs.get("name", "ppo")
+        kwargs["params"] = _build_dataclass(
+            ALGO_PARAMS[algo], raw.get("params", {}), f"{prefix}params.", source
+        )
+    return cls(**kwargs)
+
+
+def _tname(v: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a float", str: "a string",
+            list: "an array", dict: "a table"}.get(type(v), type(v).__name__)
+
+
+def _convert(value: Any, tp: Any, key: str, source: str):  # noqa: C901 - one case per type
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build_dataclass(tp, value, key + ".", source)
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            hint = _did_you_mean(str(value), [str(c) for c in choices])
+            raise ConfigError(
+                f"{source}: {key}: expected one of {', '.join(map(repr, choices))}, "
+                f"got {value!r}{hint}"
+            )
+        return value
+    if origin in (types.UnionType, typing.Union):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _convert(value, a, key, source)
+            except ConfigError as e:
+                errors.append(e)
+        names = " or ".join(_expect(a) for a in args if a is not type(None))
+        raise ConfigError(f"{source}: {key}: expected {names}, got {_tname(value)} {value!r}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: {key}: expected {_expect(tp)}, got {_tname(value)}")
+        (item,) = typing.get_args(tp)
+        return [_convert(v, item, f"{key}[{i}]", source) for i, v in enumerate(value)]
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: {key}: expected a table, got {_tname(value)}")
+        return dict(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: {key}: expected true or false, got {_tname(value)}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{source}: {key}: expected an integer, got {_tname(value)} "
+                              f"{value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{source}: {key}: expected a number, got {_tname(value)} "
+                              f"{value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{source}: {key}: expected a string, got {_tname(value)}")
+        return value
+    if tp is Any:
+        return value
+    raise ConfigError(f"{source}: {key}: unsupported type {tp}")  # pragma: no cover
+
+
+def _expect(tp: Any) -> str:
+    if typing.get_origin(tp) is list:
+        return f"an array of {_expect(typing.get_args(tp)[0])}s"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+            dict: "a table"}.get(tp, str(tp))

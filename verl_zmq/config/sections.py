@@ -1,0 +1,310 @@
+"""The job file's sections: one frozen, typed dataclass each, every key with a
+default; the comment beside a key is its reference note (tools/gen_reference.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+class ConfigError(Exception):
+    """A job file (or an override) that cannot be used; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """Who the run is: its name (the run folder), its seed, where runs go."""
+
+    name: str = "verl"  # the run folder is runs_dir/name/<stamp>
+    seed: int = 0  # seeds envs (with sampler and env index), networks, evaluation
+    runs_dir: str = "runs"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The gymnasium env every sampler and the evaluator build."""
+
+    id: str = "CartPole-v1"  # a registered gymnasium id, or module:Class
+    kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
+    max_episode_steps: int = 0  # 0: the env's own limit
+    vectorization: Literal["auto", "native", "sync"] = "auto"  # auto: native when it exists
+    normalize_obs: bool = False  # running mean/std, merged by the learner, sent with params
+    clip_obs: float = 10.0  # normalised observations are clipped to +-clip_obs
+    reward_fn: str = ""  # "module:function" applied to (obs, action, reward, next_obs)
+    record_video: str = ""  # evaluator: folder for videos of its first eval episode
+    step_timeout_s: float = 0.0  # > 0: envs step in worker processes; a slower step is a hang
+    max_env_failures: int = 10  # hangs or raises before a sampler gives up (exit 1)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Samplers: how many, how many envs each, fragment shape, param syncing."""
+
+    num_workers: int = 4  # sampler processes (per peer in DAPO)
+    num_envs_per_worker: int = 2  # envs stepped as one vector env by each sampler
+    mode: Literal["async", "sync"] = "async"  # sync: wait for new params after each fragment
+    fragment_length: int = 64  # T: vector steps per fragment (T x E env steps)
+    sync_interval_steps: int = 20  # swap in new params at most every this many env steps
+    max_fragments_ahead: int = 2  # async: fragments shipped per policy version before waiting
+    torch_threads: int = 1  # torch threads per sampler (resources.sampler.cpu wins)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Replay shards: FIFO for on-policy, uniform/prioritized for off-policy."""
+
+    mode: Literal["fifo", "uniform", "prioritized"] = "fifo"  # fifo for ppo and dapo
+    capacity: int = 100_000  # transitions per shard
+    when_full: Literal["block", "drop_oldest"] = "block"  # block: samplers wait (backpressure)
+    alpha: float = 0.6
+    beta: float = 0.4
+    beta_anneal_steps: int = 100_000
+    priority_eps: float = 1e-6
+    samples_per_insert: float = 0.0  # 0: no replay-ratio limiter
+    min_size_to_sample: int = 1_000
+    error_buffer: float = 0.0
+    snapshot_interval_s: float = 0.0  # 0: snapshot only on stop
+
+
+@dataclass(frozen=True)
+class PPOParams:
+    """PPO hyper-parameters (Schulman et al. 2017)."""
+
+    learning_rate: float = 3e-4
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    batch_size: int = 512  # env steps per update
+    minibatch_size: int = 64
+    n_epochs: int = 10
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_range: float = 0.2
+    clip_schedule: Literal["constant", "linear"] = "constant"
+    clip_range_vf: float = 0.0  # 0: no value clipping
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    normalize_advantage: bool = True
+    target_kl: float = 0.0  # 0: no early stop on KL
+
+
+@dataclass(frozen=True)
+class DQNParams:
+    """DQN hyper-parameters (double DQN, optional dueling, n-step)."""
+
+    learning_rate: float = 1e-3
+    batch_size: int = 64
+    gamma: float = 0.99
+    n_step: int = 1
+    target_update_interval: int = 500
+    tau: float = 1.0
+    learning_starts: int = 1_000
+    exploration: Literal["annealed", "apex"] = "annealed"
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_decay_steps: int = 10_000
+    apex_eps: float = 0.4
+    apex_alpha: float = 7.0
+    max_grad_norm: float = 10.0
+
+
+@dataclass(frozen=True)
+class SACParams:
+    """SAC hyper-parameters (Haarnoja et al. 2018, automatic entropy)."""
+
+    learning_rate: float = 3e-4
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    learning_starts: int = 1_000
+    init_alpha: float = 1.0
+    target_entropy: float = 0.0  # 0: -dim(action)
+
+
+@dataclass(frozen=True)
+class DAPOParams(PPOParams):
+    """DAPO local update: PPO with decoupled clip and dynamic sampling."""
+
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    loss_agg: Literal["step-mean", "fragment-mean"] = "step-mean"
+    dynamic_sampling: bool = False
+    dynamic_tolerance: float = 1e-6
+    max_fill_batches: int = 4
+
+
+ALGO_PARAMS: dict[str, type] = {
+    "ppo": PPOParams,
+    "dqn": DQNParams,
+    "sac": SACParams,
+    "dapo": DAPOParams,
+}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Network shape shared by the algorithm's networks."""
+
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    activation: Literal["tanh", "relu"] = "tanh"
+    shared_trunk: bool = False
+    log_std_init: float = 0.0
+    dueling: bool = False
+
+
+@dataclass(frozen=True)
+class BehaviourCloning:
+    """Learning from demonstrations: a behaviour-cloning term in the policy loss."""
+
+    demos: str = ""  # a demonstrations .npz (`verl record` writes one); empty: off
+    mixing_ratio: float = 0.0  # weight of the behaviour-cloning loss
+    decay_steps: int = 0  # env steps over which the weight decays linearly to 0; 0: never
+    batch_size: int = 256  # demonstration steps per update
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """Which algorithm, its hyper-parameters and its policy network."""
+
+    name: Literal["ppo", "dqn", "sac", "dapo"] = "ppo"
+    params: Any = None  # the algorithm's params dataclass, chosen by `name`
+    policy: Policy = field(default_factory=Policy)
+    bc: BehaviourCloning = field(default_factory=BehaviourCloning)
+
+
+@dataclass(frozen=True)
+class Training:
+    """The learner: budget, param publishing, staleness, prefetch, device."""
+
+    total_timesteps: int = 100_000  # env steps, dropped fragments included
+    sync_interval_updates: int = 1  # publish params every this many updates
+    max_policy_lag: int = 4  # on-policy: drop fragments this many updates older
+    prefetch: int = 4  # fragments requested beyond one batch, per shard
+    device: str = "cpu"  # cpu or cuda
+    torch_threads: int = 1  # resources.learner.cpu wins
+    learn: bool = True  # false: drain batches without updating (pipeline benchmarks)
+    update_delay_s: float = 0.0  # sleep after each update: a learner slowed on purpose (soak)
+
+
+@dataclass(frozen=True)
+class Logging:
+    """Metrics cadence and log level."""
+
+    interval_s: float = 5.0  # every role logs a metrics event this often
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The evaluator: cadence in env steps, episodes, its own seed, early stop."""
+
+    interval_steps: int = 10_000  # evaluate params every this many env steps
+    n_eval_episodes: int = 10  # run at once, one env each
+    seed: int = 1_000_003  # episode i is seeded seed + i, apart from training envs
+    deterministic: bool = True  # the policy's mode, not a sample
+    stop_at_return: float | None = None  # stop the job once an eval reaches it
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """Learner checkpoints: cadence in env steps and how many to keep."""
+
+    interval_steps: int = 50_000  # learner writes checkpoints/step_<n>.pt this often
+    keep: int = 3  # step checkpoints kept (latest.pt and best.pt besides)
+
+
+@dataclass(frozen=True)
+class Gossip:
+    """Decentralised peers: neighbour choice, async mixing, compression."""
+
+    neighbor_count: int = 2
+    update_interval: int = 5
+    selection_strategy: Literal["random", "reward_based", "topology"] = "random"
+    topology: Literal["ring", "exponential"] = "ring"
+    temperature: float = 1.0
+    max_queue_size: int = 8
+    priority_fn: str = "reward"
+    sync_interval: int = 5
+    mixing: Literal["uniform", "reward_softmax"] = "uniform"
+    mix_rate: float = 0.5
+    staleness_updates: int = 50
+    compression: Literal["none", "fp16", "terngrad", "topk_delta"] = "none"
+    topk_fraction: float = 0.05
+
+
+@dataclass(frozen=True)
+class Security:
+    """CURVE: "auto" turns it on when the plan has a host that is not local."""
+
+    curve: bool | str = "auto"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How many of each role, ports, liveness, restarts, remote start."""
+
+    replay_shards: int = 1
+    learners: int = 1
+    evaluators: int = 1  # 0: none (the learner then stops the job itself)
+    peers: int = 0  # dapo: learner peers, each with its own group
+    port_range: list[int] = field(default_factory=lambda: [29500, 29999])  # roles bind here
+    registry_port: int = 0  # 0: the first port of port_range
+    heartbeat_interval_s: float = 1.0
+    heartbeat_liveness: int = 3  # missed heartbeats before a member counts as dead
+    max_restarts: int = 3  # per role process, with exponential backoff
+    max_restarts_per_role: dict = field(default_factory=dict)  # e.g. {sampler = 10}
+    restart_backoff_s: float = 1.0  # first restart delay; doubles each time, up to 60 s
+    restart_window_s: float = 600.0  # up this long: the role's restart budget starts afresh
+    grace_s: float = 10.0  # between SIGTERM and SIGKILL when stopping
+    python: str = ""  # interpreter on remote hosts (default python3)
+    workdir: str = ""  # cd here on remote hosts before starting a role
+    ssh_options: list[str] = field(default_factory=list)  # extra ssh arguments
+
+
+@dataclass(frozen=True)
+class RoleResources:
+    """What one role may use: threads, memory ("2GB"), GPUs."""
+
+    cpu: int = 0  # 0: role default
+    memory: str = ""  # empty: no limit
+    gpu: int = 0
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-role resources, as the seed's `resources` section."""
+
+    learner: RoleResources = field(default_factory=RoleResources)
+    sampler: RoleResources = field(default_factory=RoleResources)
+    replay: RoleResources = field(default_factory=RoleResources)
+    evaluator: RoleResources = field(default_factory=RoleResources)
+    peer: RoleResources = field(default_factory=RoleResources)
+
+
+REQUIRED_SECTIONS = ("experiment", "environment", "algorithm", "training")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A whole job: one frozen dataclass per section of the TOML file."""
+
+    experiment: Experiment = field(default_factory=Experiment)
+    environment: Environment = field(default_factory=Environment)
+    sampling: Sampling = field(default_factory=Sampling)
+    replay: Replay = field(default_factory=Replay)
+    algorithm: Algorithm = field(default_factory=Algorithm)
+    training: Training = field(default_factory=Training)
+    logging: Logging = field(default_factory=Logging)
+    evaluation: Evaluation = field(default_factory=Evaluation)
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
+    gossip: Gossip = field(default_factory=Gossip)
+    security: Security = field(default_factory=Security)
+    launch: Launch = field(default_factory=Launch)
+    resources: Resources = field(default_factory=Resources)
+
+    @property
+    def registry_port(self) -> int:
+        return self.launch.registry_port or self.launch.port_range[0]
+
+    @property
+    def fragment_steps(self) -> int:
+        return self.sampling.fragment_length * self.sampling.num_envs_per_worker

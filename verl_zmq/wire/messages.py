@@ -1,0 +1,300 @@
+"""Every message kind as a typed dataclass, the limits a frame must keep, and
+the lazy array mapping decoded messages carry."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+PROTOCOL_VERSION = 1
+INLINE_MAX = 64 * 1024  # arrays above this travel as their own frame
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+MAX_HEADER_BYTES = 32 * 1024 * 1024
+MAX_ARRAYS = 512
+MAX_NDIM = 8
+MAX_STR = 4096
+MAX_ITEMS = 65_536
+ALLOWED_DTYPES = frozenset(
+    ["|b1", "|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8", "<f2", "<f4", "<f8"]
+)
+
+Arrays = dict  # name -> np.ndarray; a dedicated alias so the codec knows the field
+_DTYPES = {s: np.dtype(s) for s in ALLOWED_DTYPES}
+
+
+class LazyArrays(Mapping):
+    """Decoded arrays, checked at decode but built on first access (np.frombuffer,
+    no copy). A shard that only forwards a fragment never builds them at all."""
+
+    __slots__ = ("_specs", "_built")
+
+    def __init__(self, specs: dict[str, tuple[np.dtype, tuple, Any]]):
+        self._specs = specs
+        self._built: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        arr = self._built.get(name)
+        if arr is None:
+            dtype, shape, buf = self._specs[name]
+            arr = (np.empty(shape, dtype) if not len(buf)
+                   else np.frombuffer(buf, dtype=dtype).reshape(shape))
+            self._built[name] = arr
+        return arr
+
+    def __iter__(self):
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __contains__(self, name) -> bool:
+        return name in self._specs
+
+    def raw(self):
+        """(name, dtype str, shape, buffer) without building arrays: for re-encoding."""
+        for name, (dtype, shape, buf) in self._specs.items():
+            yield name, dtype.str, shape, buf
+
+    def __repr__(self) -> str:
+        return f"LazyArrays({ {k: (v[0].str, v[1]) for k, v in self._specs.items()} })"
+
+
+class WireError(Exception):
+    """A message that cannot be decoded; the only exception `decode` raises."""
+
+
+class Kind(enum.IntEnum):
+    """Every message kind on the wire (the header's `k`)."""
+
+    REGISTER = 1
+    REGISTER_REPLY = 2
+    HEARTBEAT = 3
+    HEARTBEAT_REPLY = 4
+    DEREGISTER = 5
+    SNAPSHOT_REQUEST = 6
+    MEMBERSHIP_SNAPSHOT = 7
+    MEMBERSHIP_DELTA = 8
+    FRAGMENT = 9
+    SAMPLE_REQUEST = 10
+    BATCH = 11
+    PRIORITY_UPDATE = 12
+    PARAMS = 13
+    GOSSIP_HELLO = 14
+    GOSSIP_PARAMS = 15
+    METRICS = 16
+    SHUTDOWN = 17
+    ERROR = 18
+
+
+@dataclass(kw_only=True)
+class Member:
+    """One member of a job as the registry knows it (not a message by itself)."""
+
+    id: str = ""
+    role: str = ""
+    group: str = "main"
+    incarnation: int = 0
+    host: str = ""
+    index: int = 0
+    endpoints: dict[str, str] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class Message:
+    """Fields every kind carries: sender id, sender's sequence number, send time."""
+
+    KIND: ClassVar[Kind]
+    src: str = ""
+    seq: int = 0
+    t: float = 0.0
+
+
+@dataclass(kw_only=True)
+class Register(Message):
+    """Member -> registry: join (or re-join) the job."""
+
+    KIND: ClassVar[Kind] = Kind.REGISTER
+    member: Member = field(default_factory=Member)
+
+
+@dataclass(kw_only=True)
+class RegisterReply(Message):
+    """Registry -> member: accepted (with a membership snapshot) or refused (`error`)."""
+
+    KIND: ClassVar[Kind] = Kind.REGISTER_REPLY
+    ok: bool = True
+    error: str = ""
+    pub_endpoint: str = ""
+    members_seq: int = 0
+    members: list[Member] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class Heartbeat(Message):
+    """Member -> registry, every heartbeat interval; `status` carries queue depths."""
+
+    KIND: ClassVar[Kind] = Kind.HEARTBEAT
+    incarnation: int = 0
+    status: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class HeartbeatReply(Message):
+    """Registry -> member: `known` false asks the member to register again."""
+
+    KIND: ClassVar[Kind] = Kind.HEARTBEAT_REPLY
+    known: bool = True
+    members_seq: int = 0
+    shutdown: str = ""  # non-empty: the job is stopping, for this reason
+
+
+@dataclass(kw_only=True)
+class Deregister(Message):
+    """Member -> registry: leaving cleanly."""
+
+    KIND: ClassVar[Kind] = Kind.DEREGISTER
+    incarnation: int = 0
+
+
+@dataclass(kw_only=True)
+class SnapshotRequest(Message):
+    """Member -> registry: send me the whole membership (a sequence gap was seen)."""
+
+    KIND: ClassVar[Kind] = Kind.SNAPSHOT_REQUEST
+
+
+@dataclass(kw_only=True)
+class MembershipSnapshot(Message):
+    """Registry -> member: the whole membership at sequence `members_seq`."""
+
+    KIND: ClassVar[Kind] = Kind.MEMBERSHIP_SNAPSHOT
+    members_seq: int = 0
+    members: list[Member] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class MembershipDelta(Message):
+    """Registry PUB: one change (`join` or `leave`) at sequence `members_seq`."""
+
+    KIND: ClassVar[Kind] = Kind.MEMBERSHIP_DELTA
+    members_seq: int = 0
+    op: str = "join"
+    member: Member = field(default_factory=Member)
+
+
+@dataclass(kw_only=True)
+class Fragment(Message):
+    """Sampler -> shard: T steps x E envs of experience, columnar, plus episode stats.
+
+    arrays: obs [T,E,...], action [T,E,...], reward/terminated/truncated/valid [T,E],
+    the algorithm's extras [T,E] (`logp`, `value`, ...), bootstrap_obs [E,...] and
+    bootstrap_<extra> [E], ep_return/ep_length [n finished episodes].
+    """
+
+    KIND: ClassVar[Kind] = Kind.FRAGMENT
+    version: int = 0
+    arrays: Arrays = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class SampleRequest(Message):
+    """Learner -> shard: `credit` more batches may be sent (credit-based flow control)."""
+
+    KIND: ClassVar[Kind] = Kind.SAMPLE_REQUEST
+    credit: int = 1
+    batch_size: int = 0  # off-policy: transitions per batch
+
+
+@dataclass(kw_only=True)
+class Batch(Message):
+    """Shard -> learner: one served fragment (FIFO) or a sampled batch (off-policy)."""
+
+    KIND: ClassVar[Kind] = Kind.BATCH
+    version: int = 0
+    inserted_t: float = 0.0
+    sampler: str = ""
+    arrays: Arrays = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class PriorityUpdate(Message):
+    """Learner -> shard: new priorities for (index, generation) slots."""
+
+    KIND: ClassVar[Kind] = Kind.PRIORITY_UPDATE
+    arrays: Arrays = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class Params(Message):
+    """Learner/peer PUB: policy params at `version`, with env steps and normaliser stats."""
+
+    KIND: ClassVar[Kind] = Kind.PARAMS
+    version: int = 0
+    env_steps: int = 0
+    final: bool = False
+    arrays: Arrays = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class GossipHello(Message):
+    """Peer <-> peer: what I hold (fingerprint, recent return, version) and who I know."""
+
+    KIND: ClassVar[Kind] = Kind.GOSSIP_HELLO
+    reply: bool = False
+    fingerprint: str = ""
+    reward: float = 0.0
+    version: int = 0
+    env_steps: int = 0
+    members: list[Member] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class GossipParams(Message):
+    """Peer <-> peer: a params request (`request`) or the params themselves."""
+
+    KIND: ClassVar[Kind] = Kind.GOSSIP_PARAMS
+    request: bool = False
+    fingerprint: str = ""
+    reward: float = 0.0
+    version: int = 0
+    compression: str = "none"
+    arrays: Arrays = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class Metrics(Message):
+    """Any role: a metrics sample (`role/name` keys)."""
+
+    KIND: ClassVar[Kind] = Kind.METRICS
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class Shutdown(Message):
+    """Member -> registry -> everyone (PUB): stop the job cleanly, for `reason`."""
+
+    KIND: ClassVar[Kind] = Kind.SHUTDOWN
+    reason: str = ""
+
+
+@dataclass(kw_only=True)
+class Error(Message):
+    """A reply saying the request could not be served, and why."""
+
+    KIND: ClassVar[Kind] = Kind.ERROR
+    error: str = ""
+    arrays: Arrays = field(default_factory=dict)
+
+
+KINDS: dict[int, type[Message]] = {
+    cls.KIND: cls
+    for cls in (Register, RegisterReply, Heartbeat, HeartbeatReply, Deregister,
+                SnapshotRequest, MembershipSnapshot, MembershipDelta, Fragment,
+                SampleRequest, Batch, PriorityUpdate, Params, GossipHello, GossipParams,
+                Metrics, Shutdown, Error)
+}

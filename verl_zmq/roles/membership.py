@@ -10,7 +10,7 @@ every heartbeat reply carries) asks for a new snapshot.
 
 A registry that restarted knows only the members that registered again so far.
 So after registering *again*, members missing from its snapshots are kept for
-one liveness period (every live member re-registers within it), then a fresh
+two liveness periods (every live member re-registers within them), then a fresh
 snapshot decides: a registry restart costs no member a reconnect.
 """
 
@@ -125,7 +125,9 @@ class RegistryClient:
                 self.registered = True
                 self.last_reply = time.monotonic()
                 if self.members:  # registering again: the registry may have restarted
-                    self.keep_until = self.last_reply + self.interval * self.liveness
+                    # two liveness periods: a member that lost the registry retries
+                    # with a backoff of up to one, and its retry may come just after ours
+                    self.keep_until = self.last_reply + 2 * self.interval * self.liveness
                 self._subscribe(msg.pub_endpoint)
                 self._apply_snapshot(msg.members_seq, msg.members)
                 self.log.info("registered", registry=self.endpoint, members=len(msg.members))

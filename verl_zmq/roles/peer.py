@@ -47,6 +47,7 @@ class PeerRole(LearnerRole):
         self.dead: dict[str, float] = {}
         self.out: dict[str, tuple[str, object]] = {}  # neighbour -> (endpoint, DEALER)
         self.busy: set[str] = set()
+        self.orphans: dict[str, list] = {}  # sockets to close once their exchange ends
         self.info: dict[str, dict] = {}  # from hellos: reward, version, env_steps
         self.queue = gossip.ParamQueue(G.max_queue_size, G.priority_fn)
         self.recv_fp: dict[str, str] = {}  # fingerprint of what each peer last sent us
@@ -103,7 +104,13 @@ class PeerRole(LearnerRole):
 
     def _close(self, pid: str) -> None:
         ep_sock = self.out.pop(pid, None)
-        if ep_sock is not None:
+        # an exchange in flight is waiting on this socket: it closes it when done
+        # (closing it under a pending recv fails that recv, and with it the role)
+        if ep_sock is None:
+            return
+        if pid in self.busy:
+            self.orphans.setdefault(pid, []).append(ep_sock[1])
+        else:
             self.ctx.transport.close_socket(ep_sock[1])
 
     def _dealer(self, pid: str):
@@ -194,18 +201,23 @@ class PeerRole(LearnerRole):
 
     async def _exchange(self, pid: str) -> None:
         try:
-            await self._exchange_once(pid)
+            if pid in self.peers:
+                await self._exchange_once(pid, self._dealer(pid))
         finally:
             self.busy.discard(pid)
+            for orphan in self.orphans.pop(pid, []):  # dropped or replaced meanwhile
+                self.ctx.transport.close_socket(orphan)
 
-    async def _exchange_once(self, pid: str) -> None:
-        if pid not in self.peers:
-            return
-        sock = self._dealer(pid)
+    def _no_reply(self, pid: str, sock) -> None:
+        self.stats["timeouts"] += 1
+        cur = self.out.get(pid)
+        if cur is not None and cur[1] is sock:  # not already dropped or replaced
+            self._drop(pid, "no_reply")
+
+    async def _exchange_once(self, pid: str, sock) -> None:
         hello = await self._ask(sock, self._hello(False), wire.GossipHello)
         if hello is None:
-            self.stats["timeouts"] += 1
-            self._drop(pid, "no_reply")
+            self._no_reply(pid, sock)
             return
         self._heard(pid, hello)
         if hello.fingerprint in (self._fingerprint(), self.recv_fp.get(pid)):
@@ -218,8 +230,7 @@ class PeerRole(LearnerRole):
                                 fingerprint=gossip.fingerprint(base) if base else "")
         got = await self._ask(sock, req, wire.GossipParams)
         if got is None:
-            self.stats["timeouts"] += 1
-            self._drop(pid, "no_reply")
+            self._no_reply(pid, sock)
             return
         self._take_params(pid, got, base)
 

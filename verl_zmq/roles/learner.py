@@ -310,7 +310,6 @@ class LearnerRole(Role):
         await self.publish()
         while self.env_steps < total:
             sock, msg = await self.batches.get()
-            live = {s for _, s in self.dealers.values()}
             self.credit_out[sock] = self.credit_out.get(sock, 1) - 1
             a = msg.arrays
             why = self._offpolicy_problem(a)
@@ -324,6 +323,8 @@ class LearnerRole(Role):
                 # never backwards: a shard restarted from an older snapshot reports less
                 self.env_steps = max(self.env_steps, sum(self.shard_steps.values()))
                 await self._update(a)
+                # the shard may have gone (and its socket closed) during the update
+                live = {s for _, s in self.dealers.values()}
                 if self.algo.priorities is not None and sock in live:
                     await send(sock, wire.PriorityUpdate(arrays={
                         "index": np.asarray(a["index"]), "generation": np.asarray(a["generation"]),
@@ -333,7 +334,7 @@ class LearnerRole(Role):
                 if self.env_steps >= self.next_ckpt:
                     self.next_ckpt += self.job.checkpoint.interval_steps
                     await asyncio.to_thread(self._checkpoint)
-            target = self._credit_target(live)
+            target = self._credit_target({s for _, s in self.dealers.values()})
             if target is not None:
                 await send(target, wire.SampleRequest(credit=1), self.id)
                 self.credit_out[target] = self.credit_out.get(target, 0) + 1

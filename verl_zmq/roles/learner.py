@@ -324,8 +324,7 @@ class LearnerRole(Role):
                 self.env_steps = max(self.env_steps, sum(self.shard_steps.values()))
                 await self._update(a)
                 # the shard may have gone (and its socket closed) during the update
-                live = {s for _, s in self.dealers.values()}
-                if self.algo.priorities is not None and sock in live:
+                if self.algo.priorities is not None and sock in self._live_shards():
                     await send(sock, wire.PriorityUpdate(arrays={
                         "index": np.asarray(a["index"]), "generation": np.asarray(a["generation"]),
                         "priority": self.algo.priorities.astype(np.float64)}), self.id)
@@ -334,17 +333,21 @@ class LearnerRole(Role):
                 if self.env_steps >= self.next_ckpt:
                     self.next_ckpt += self.job.checkpoint.interval_steps
                     await asyncio.to_thread(self._checkpoint)
-            target = self._credit_target({s for _, s in self.dealers.values()})
+            target = self._credit_target()
             if target is not None:
                 await send(target, wire.SampleRequest(credit=1), self.id)
                 self.credit_out[target] = self.credit_out.get(target, 0) + 1
         await self._finish()
 
-    def _credit_target(self, live: set):
-        """Which shard gets the next batch request: in proportion to shard sizes, so
-        the learner samples the whole replay evenly; a shard left without credit
-        gets one first (its size stays known)."""
-        shards = [s for _, s in self.dealers.values() if s in live]
+    def _live_shards(self) -> set:
+        """The DEALER sockets of the shards connected now (a closed one is not)."""
+        return {s for _, s in self.dealers.values()}
+
+    def _credit_target(self):
+        """Which connected shard gets the next batch request: in proportion to shard
+        sizes, so the learner samples the whole replay evenly; a shard left without
+        credit gets one first (its size stays known)."""
+        shards = [s for _, s in self.dealers.values()]
         if not shards:
             return None
         if len(shards) == 1:
@@ -361,7 +364,7 @@ class LearnerRole(Role):
         learner holds at most prefetch + one batch: backpressure reaches samplers."""
         out, steps = [], 0
         lag_max = self.job.training.max_policy_lag
-        live = {s for _, s in self.dealers.values()}
+        live = self._live_shards()
         while self.pending and steps < self.algo.params.batch_size:
             version, a, sock = self.pending.popleft()
             n = int(a["reward"].size)

@@ -31,8 +31,9 @@ def one(job: str, tmp: Path) -> tuple[bool, int, str]:
         os.kill(r.pid("registry"), signal.SIGKILL)
         t_kill = time.time()
         time.sleep(20)
-        before = max((v for t, v in r.progress() if t < t_kill), default=0)
-        late = sorted({v for t, v in r.progress() if t_kill + 8 < t < t_kill + 20})
+        progress = r.progress()  # reads every learner log: once
+        before = max((v for t, v in progress if t < t_kill), default=0)
+        late = sorted({v for t, v in progress if t_kill + 8 < t < t_kill + 20})
         reconnects = sum(1 for p in (r.run / "logs").glob("*.jsonl") for e in events(p)
                          if e.get("event") == "shard_disconnected" and e["ts"] > t_kill)
         moving = len(late) > 1

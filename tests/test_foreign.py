@@ -22,12 +22,6 @@ def test_foreign_sampler_imports_no_verl_zmq():
     assert {"zmq", "msgpack", "numpy", "gymnasium"} <= set(imports)
 
 
-def _learner_tail(run) -> list[dict]:
-    """The learner's last metrics: what a failed run was doing at the end."""
-    return [e for e in read_events(run / "logs" / "learner-0.jsonl")
-            if e.get("event") in ("metrics", "training_finished")][-3:]
-
-
 @pytest.mark.timeout(600)
 def test_job_with_a_foreign_sampler_reaches_its_target(tmp_path):
     run = tmp_path / "run"
@@ -52,13 +46,15 @@ def test_job_with_a_foreign_sampler_reaches_its_target(tmp_path):
             kill_tree(foreign)
     assert job.returncode == 0, err[-2000:]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["best_eval_return"] >= TARGET, (summary["evaluations"], _learner_tail(run))
+    learner = read_events(run / "logs" / "learner-0.jsonl")
+    # on a miss: every evaluation and what the learner was doing at the end
+    tail = [e for e in learner if e.get("event") in ("metrics", "training_finished")][-3:]
+    assert summary["best_eval_return"] >= TARGET, (summary["evaluations"], tail)
     fev = read_events(tmp_path / "foreign.jsonl")
     assert any(e["event"] == "registered" for e in fev)
     assert any(e["event"] == "stopped" and e["sent"] > 0 for e in fev)
-    froms = [e["learner/fragments_from"] for e in read_events(run / "logs" / "learner-0.jsonl")
+    froms = [e["learner/fragments_from"] for e in learner
              if e.get("event") == "metrics" and "learner/fragments_from" in e]
     assert froms and {"sampler-0", "sampler-foreign"} <= set(froms[-1]), froms[-1:]
     assert froms[-1]["sampler-foreign"] > 0 and froms[-1]["sampler-0"] > 0
-    learner = read_events(run / "logs" / "learner-0.jsonl")
     assert max(e.get("learner/fragments_rejected", 0) for e in learner) == 0

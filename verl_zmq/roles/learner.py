@@ -339,15 +339,16 @@ class LearnerRole(Role):
                 self.credit_out[target] = self.credit_out.get(target, 0) + 1
         await self._finish()
 
-    def _live_shards(self) -> set:
-        """The DEALER sockets of the shards connected now (a closed one is not)."""
-        return {s for _, s in self.dealers.values()}
+    def _live_shards(self) -> list:
+        """The DEALER sockets of the shards connected now (a closed one is not), in
+        connection order (few: a list is as quick to search as a set)."""
+        return [s for _, s in self.dealers.values()]
 
     def _credit_target(self):
         """Which connected shard gets the next batch request: in proportion to shard
         sizes, so the learner samples the whole replay evenly; a shard left without
         credit gets one first (its size stays known)."""
-        shards = [s for _, s in self.dealers.values()]
+        shards = self._live_shards()
         if not shards:
             return None
         if len(shards) == 1:

@@ -19,12 +19,25 @@ from verl_zmq.config import ConfigError, dumps_job, load_job
 from .hosts import HostsError, load_hosts
 from .plan import Plan, make_plan
 from .remote import check_reachable, full_argv
-from .supervisor import EXIT_BAD_INPUT, Supervisor
+from .supervisor import EXIT_BAD_INPUT, Supervisor, fmt_return
 
 
 def _bad(msg: str) -> None:
     click.echo(f"error: {msg}", err=True)
     sys.exit(EXIT_BAD_INPUT)
+
+
+def run_name(job, overrides) -> str:
+    """The run's folder under runs/: the experiment's name, and what ran when
+    `--set` changed the env or the algorithm (an Acrobot run of the CartPole job
+    is filed as `cartpole_ppo+Acrobot-v1`, never among the CartPole runs)."""
+    changed = {o.split("=", 1)[0].strip() for o in overrides}
+    if "experiment.name" in changed:
+        return job.experiment.name
+    extra = [str(v) for k, v in (("environment.id", job.environment.id),
+                                 ("algorithm.name", job.algorithm.name)) if k in changed]
+    safe = ["".join(c if c.isalnum() or c in "-_." else "_" for c in x) for x in extra]
+    return "+".join([job.experiment.name, *safe])
 
 
 def print_plan(plan: Plan, job, run_dir: Path) -> None:
@@ -73,7 +86,8 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir):
             _bad(f"--resume {resume}: no plan.json in that folder")
         plan = Plan.from_json((rd / "plan.json").read_text(), job.registry_port)
     else:
-        rd = Path(run_dir) if run_dir else (Path(job.experiment.runs_dir) / job.experiment.name
+        rd = Path(run_dir) if run_dir else (Path(job.experiment.runs_dir)
+                                            / run_name(job, overrides)
                                             / time.strftime("%Y%m%d-%H%M%S"))
         if (rd / "plan.json").exists():  # its checkpoints would be picked up silently
             _bad(f"run folder {rd} already holds a run: continue it with --resume {rd}, "
@@ -108,15 +122,16 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir):
     log = setup_logging("launcher", "launcher", stream=stream)
     if keys is not None:  # the public half only: it names the job's key, it opens nothing
         log.info("curve_enabled", public_key=keys["public"])
-    click.echo(f"run folder: {rd}", err=True)
+    click.echo(f"run folder: {rd} ({job.algorithm.name} on {job.environment.id})", err=True)
     sup = Supervisor(job, plan, rd, job_text, keys, log)
     rc = asyncio.run(sup.run())
     summary = sup.summary()
     (rd / "summary.json").write_text(json.dumps(summary, indent=2))
     log.info("launcher_finished", **{k: v for k, v in summary.items() if k != "evaluations"})
     click.echo(f"{summary['status']}: env steps {summary['env_steps']:,}, best eval "
-               f"{summary['best_eval_return']}, final eval {summary['final_eval_return']}, "
-               f"wall {summary['wall_s']:.1f}s; summary: {rd / 'summary.json'}", err=True)
+               f"{fmt_return(summary['best_eval_return'])}, final eval "
+               f"{fmt_return(summary['final_eval_return'])}, wall {summary['wall_s']:.1f}s; "
+               f"summary: {rd / 'summary.json'}", err=True)
     for m, err in summary["failed_roles"].items():
         click.echo(f"failed for good: {m}\n{err}", err=True)
     sys.exit(rc)

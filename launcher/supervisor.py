@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from verl_zmq import tb
 from verl_zmq.config import Job
-from verl_zmq.logview import _Tail
+from verl_zmq.ops import tb
+from verl_zmq.ops.runview import RunView
 
 from .plan import Plan
 from .remote import RoleProcess, full_argv, make_bundle
@@ -24,57 +24,28 @@ MAX_BACKOFF_S = 60.0  # restart delays double up to this
 VITAL = ("registry", "learner")  # DAPO has no centre: only losing every peer fails it
 
 
+def fmt_return(x: float | None) -> str:
+    """A return as a person reads it: 4 significant digits, "-" when there is none."""
+    return "-" if x is None else f"{x:.4g}"
+
+
 class Progress:
-    """Follows the learner's and evaluator's logs: env steps, rate, eval returns."""
+    """The progress line, from the run's one reader of progress (`RunView`)."""
 
-    def __init__(self, logs: Path, total: int):
-        self.logs = logs
+    def __init__(self, view: RunView, total: int):
+        self.view = view
         self.total = total
-        self.tails: dict[str, _Tail] = {}
-        self.env_steps = 0
-        self.dropped = 0
-        self.eval_returns: list[tuple[int, float]] = []
         self.t0 = time.monotonic()
-        self.last = (time.monotonic(), 0)
-        self.rate = 0.0
-        self.finished = False
-
-    def poll(self) -> None:
-        for p in self.logs.glob("*.jsonl"):
-            if p.stem.startswith(("learner", "evaluator", "peer")):
-                self.tails.setdefault(p.stem, _Tail(p))
-        for tail in self.tails.values():
-            for ev in tail.read():
-                self._take(ev)
-        now = time.monotonic()
-        t, s = self.last
-        if now - t >= 2.0:
-            self.rate = (self.env_steps - s) / (now - t)
-            self.last = (now, self.env_steps)
-
-    def _take(self, ev: dict) -> None:
-        name = ev.get("event")
-        if name == "metrics":
-            for k in ("learner/env_steps", "peer/env_steps"):
-                if isinstance(ev.get(k), int | float):
-                    self.env_steps = max(self.env_steps, int(ev[k]))
-            for k in ("learner/fragments_dropped", "peer/fragments_dropped"):
-                if isinstance(ev.get(k), int | float):
-                    self.dropped = max(self.dropped, int(ev[k]))
-        elif name == "evaluated" and isinstance(ev.get("eval/return_mean"), int | float):
-            self.eval_returns.append((int(ev.get("env_steps", 0)), float(ev["eval/return_mean"])))
-        elif name == "training_finished":
-            self.finished = True
-            if isinstance(ev.get("env_steps"), int):
-                self.env_steps = max(self.env_steps, ev["env_steps"])
 
     def line(self) -> str:
+        v = self.view
         elapsed = time.monotonic() - self.t0
-        ev = f"{self.eval_returns[-1][1]:.1f}" if self.eval_returns else "-"
-        best = f"{max(r for _, r in self.eval_returns):.1f}" if self.eval_returns else "-"
-        eta = (f"{(self.total - self.env_steps) / self.rate:.0f}s" if self.rate > 0 else "-")
-        return (f"[{elapsed:6.1f}s] env steps {self.env_steps:,}/{self.total:,} "
-                f"({self.rate:,.0f}/s) | eval {ev} (best {best}) | ETA {eta}")
+        rets = v.eval_returns
+        rate = v.steps_per_s()
+        eta = f"{(self.total - v.env_steps) / rate:.0f}s" if rate > 0 else "-"
+        return (f"[{elapsed:6.1f}s] env steps {v.env_steps:,}/{self.total:,} "
+                f"({rate:,.0f}/s) | eval {fmt_return(rets[-1] if rets else None)} "
+                f"(best {fmt_return(max(rets) if rets else None)}) | ETA {eta}")
 
 
 def restart_delay(L, rp: RoleProcess, rc: int, now: float) -> float | None:
@@ -111,7 +82,9 @@ class Supervisor:
                         env=self._env(p.role))
             for p in plan.placements
         ]
-        self.progress = Progress(self.logs, job.training.total_timesteps)
+        self.view = RunView(run_dir)
+        self.view.poll()  # a resumed run's past: its evaluations count in the summary
+        self.progress = Progress(self.view, job.training.total_timesteps)
         self.stopping = False
         self.interrupts = 0
         self.failed: list[str] = []
@@ -121,7 +94,7 @@ class Supervisor:
         self.tb = None
         if tb.available():  # the tensorboard extra: event files in tb/ from the logs
             try:
-                self.tb = tb.TBWriter(run_dir, job_text)
+                self.tb = tb.TBWriter(run_dir, job_text, view=self.view)
             except Exception as e:  # never fail a job over its charts
                 log.warning("tensorboard_unavailable", error=str(e))
 
@@ -177,7 +150,7 @@ class Supervisor:
             peers = [r for r in self.procs if r.placement.role == "peer"]
             all_peers_lost = p.role == "peer" and all(r.placement.member_id in self.failed
                                                       for r in peers)
-            if (p.role in VITAL and self.job.algorithm.name != "dapo") or all_peers_lost \
+            if (p.role in VITAL and not self.job.traits.decentralised) or all_peers_lost \
                     or rc == 2:
                 self.outcome = EXIT_FAILED
                 self.stopping = True
@@ -201,9 +174,9 @@ class Supervisor:
         next_print = time.monotonic() + every
         while True:
             await asyncio.sleep(0.5)
-            self.progress.poll()
+            new = self.view.poll()
             if self.tb is not None:
-                self.tb.poll()
+                self.tb.write(new)
             if time.monotonic() >= next_print:
                 next_print = time.monotonic() + every
                 line = self.progress.line()
@@ -233,9 +206,9 @@ class Supervisor:
         progress.cancel()
         for w in watchers:
             w.cancel()
-        self.progress.poll()
+        new = self.view.poll()
         if self.tb is not None:
-            self.tb.close()
+            self.tb.close(new)
         if self.console.isatty():
             self.console.write("\n")
         return self.outcome
@@ -265,8 +238,8 @@ class Supervisor:
                         await rp.proc.wait()
 
     def summary(self) -> dict:
-        pr = self.progress
-        rets = [r for _, r in pr.eval_returns]
+        v = self.view
+        rets = v.eval_returns
         status = {EXIT_DONE: "done", EXIT_FAILED: "failed", EXIT_INTERRUPTED: "interrupted"}
         return {
             "experiment": self.job.experiment.name,
@@ -276,13 +249,13 @@ class Supervisor:
             "exit_code": self.outcome,
             "started": self.t0,
             "wall_s": round(time.time() - self.t0, 3),
-            "env_steps": pr.env_steps,
+            "env_steps": v.env_steps,
             "best_eval_return": max(rets) if rets else None,
             "final_eval_return": rets[-1] if rets else None,
-            "evaluations": [{"env_steps": s, "return_mean": r} for s, r in pr.eval_returns],
+            "evaluations": [{"env_steps": s, "return_mean": r} for s, r, _ in v.evals],
             "restarts": {rp.placement.member_id: rp.restarts for rp in self.procs
                          if rp.restarts},
-            "fragments_dropped": pr.dropped,
+            "fragments_dropped": v.dropped,
             "failed_roles": {m: _last_lines(self.logs / f"{m}.err", 5) for m in self.failed},
         }
 

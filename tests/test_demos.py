@@ -94,7 +94,7 @@ def test_behaviour_cloning_raises_the_demonstrations_likelihood(tmp_path, name):
     the policy comes to prefer the demonstrated actions."""
     from verl_zmq.config import load_job
     from verl_zmq.envs import env_spec
-    from verl_zmq.export import load_policy
+    from verl_zmq.ops.export import load_policy
 
     torch.manual_seed(0)
     ckpt, obs = _checkpoint(tmp_path, name)
@@ -110,9 +110,9 @@ def test_behaviour_cloning_raises_the_demonstrations_likelihood(tmp_path, name):
                                         "algorithm.bc.mixing_ratio=5.0"])
     from verl_zmq.algos import make_algorithm
 
-    student = make_algorithm(job, env_spec(job.environment))
-    student.obs_transform = lambda x: teacher.rms.normalize(x, job.environment.clip_obs)
-    x = torch.as_tensor(student.obs_transform(obs))
+    norm = lambda x: teacher.rms.normalize(x, job.environment.clip_obs)  # noqa: E731
+    student = make_algorithm(job, env_spec(job.environment), obs_transform=norm)
+    x = torch.as_tensor(norm(obs))
 
     def agreement() -> float:
         a, _ = student.act(x.numpy(), deterministic=True)
@@ -124,7 +124,7 @@ def test_behaviour_cloning_raises_the_demonstrations_likelihood(tmp_path, name):
     before = agreement()
     batch = _flat_batch(student, x.numpy(), name)
     for _ in range(30):
-        stats = student.learn(batch)
+        stats = student.learn(batch).metrics
     assert "losses/bc_loss" in stats and stats["charts/bc_weight"] == 5.0
     assert agreement() > before + (0.1 if name != "sac" else 0.05), (before, agreement())
 

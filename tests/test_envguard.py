@@ -20,10 +20,11 @@ FAULTY = 'environment.id="tests.envs:FaultyCartPole"'
 def test_guarded_env_recovers_from_hangs_and_gives_up_on_repeated_errors():
     from verl_zmq.config import load_job
     from verl_zmq.envguard import EnvFailed, GuardedVectorEnv
+    from verl_zmq.envs import make_env
 
     job = load_job(CONFIGS / "cartpole_ppo.toml", [FAULTY, "environment.kwargs={hang_every = 60}",
                                                    "environment.step_timeout_s=0.5"])
-    g = GuardedVectorEnv(job.environment, 2, [1, 2])
+    g = GuardedVectorEnv(job.environment, 2, [1, 2], make_env)
     g.reset()
     dropped = 0
     try:
@@ -38,7 +39,7 @@ def test_guarded_env_recovers_from_hangs_and_gives_up_on_repeated_errors():
     job = load_job(CONFIGS / "cartpole_ppo.toml", [FAULTY, "environment.kwargs={raise_every = 5}",
                                                    "environment.step_timeout_s=0.5",
                                                    "environment.max_env_failures=3"])
-    g = GuardedVectorEnv(job.environment, 2, [1, 2])
+    g = GuardedVectorEnv(job.environment, 2, [1, 2], make_env)
     g.reset()
     with pytest.raises(EnvFailed, match="failed 3 times .*injected fault"):
         for _ in range(100):

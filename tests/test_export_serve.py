@@ -69,7 +69,7 @@ def test_exported_policies_match_pytorch(tmp_path, name):
     import onnxruntime as ort
     import torch
 
-    from verl_zmq.export import export, load_policy
+    from verl_zmq.ops.export import export, load_policy
 
     ckpt, obs = _checkpoint(tmp_path, name)
     lp = load_policy(ckpt)
@@ -96,8 +96,8 @@ def test_exported_policies_match_pytorch(tmp_path, name):
 
 @pytest.mark.timeout(300)
 def test_serve_answers_requests_reports_latency_and_survives_bad_ones(tmp_path):
-    from verl_zmq.export import export, load_policy
-    from verl_zmq.serve import PolicyClient, ServeError, pack_array
+    from verl_zmq.ops.export import export, load_policy
+    from verl_zmq.ops.serve import PolicyClient, ServeError, pack_array
 
     ckpt, obs = _checkpoint(tmp_path, "sac")
     expected = load_policy(ckpt).actions(obs)

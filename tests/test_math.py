@@ -156,11 +156,11 @@ def test_dqn_learns_a_one_step_target_and_reports_priorities():
              "action": rng.integers(0, 2, 64), "reward": np.ones(64, np.float32),
              "next_obs": np.zeros((64, 4), np.float32), "discount": np.zeros(64, np.float32),
              "weight": np.ones(64, np.float32)}
-    first = algo.learn(batch)["losses/td_loss"]
+    first = algo.learn(batch).metrics["losses/td_loss"]
     for _ in range(200):
         last = algo.learn(batch)
-    assert last["losses/td_loss"] < 0.1 * first
-    assert algo.priorities.shape == (64,) and (algo.priorities >= 0).all()
+    assert last.metrics["losses/td_loss"] < 0.1 * first
+    assert last.priorities.shape == (64,) and (last.priorities >= 0).all()
 
 
 def test_apex_epsilons():
@@ -169,13 +169,7 @@ def test_apex_epsilons():
     from verl_zmq.envs import EnvSpec
 
     job = load_job("configs/cartpole_dqn.toml", ['algorithm.params.exploration="apex"'])
-    algo = DQN(job, EnvSpec((4,), True, 2, ()))
-    algo.num_workers = 8
-    eps = []
-    for i in range(8):
-        algo.worker_index = i
-        eps.append(algo.epsilon())
+    eps = [DQN(job, EnvSpec((4,), True, 2, ()), worker=(i, 8)).epsilon() for i in range(8)]
     assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4 ** 8)
     assert eps == sorted(eps, reverse=True)
-    algo.num_workers = 1
-    assert algo.epsilon() == pytest.approx(0.4)
+    assert DQN(job, EnvSpec((4,), True, 2, ())).epsilon() == pytest.approx(0.4)

@@ -41,22 +41,23 @@ def test_a_neighbour_lost_mid_exchange_does_not_fail_the_peer(tmp_path, how):
                           incarnation=1, registry="inproc://none", run_dir=tmp_path,
                           host="127.0.0.1", transport=t, log=get_logger(role="peer", id="peer-0"))
         role = PeerRole(ctx)
-        await role.setup()  # binds its sockets, builds its algorithm
+        await role.setup()  # binds its sockets, builds its algorithm and gossip node
+        node = role.node
         try:
-            role._learn(_member("peer-1", ep), "registry")
-            role.busy.add("peer-1")
-            exchange = asyncio.create_task(role._exchange("peer-1"))
+            node._learn(_member("peer-1", ep), "registry")
+            node.busy.add("peer-1")
+            exchange = asyncio.create_task(node._exchange("peer-1"))
             await asyncio.wait_for(silent.recv_multipart(), 5)  # it is waiting for a reply
-            sock = role.out["peer-1"][1]
+            sock = node.out["peer-1"][1]
             if how == "dropped":
-                role._drop("peer-1", "registry")
+                node._drop("peer-1", "registry")
             else:  # the neighbour came back on another endpoint
-                role._learn(_member("peer-1", ep2), "registry")
+                node._learn(_member("peer-1", ep2), "registry")
             assert not sock.closed  # not under the pending recv
             await asyncio.wait_for(exchange, 10)  # ends by its timeout, no ZMQError
-            assert sock.closed and not role.orphans and "peer-1" not in role.busy
+            assert sock.closed and not node.orphans and "peer-1" not in node.busy
             # a drop by the registry is not counted twice; a replaced one is kept
-            assert ("peer-1" in role.peers) == (how == "replaced")
+            assert ("peer-1" in node.peers) == (how == "replaced")
         finally:
             t.close()
             zctx.term()

@@ -168,9 +168,9 @@ def test_priority_update_for_overwritten_slots_changes_nothing():
     tr = {"obs": np.zeros((200, 4), np.float32), "action": np.zeros(200, np.int64),
           "reward": np.ones(200, np.float32), "next_obs": np.zeros((200, 4), np.float32),
           "discount": np.ones(200, np.float32)}
-    store.insert(dict(tr), 200)
+    store.insert((dict(tr), 200))
     batch = store.sample(16)
-    store.insert(dict(tr), 200)  # wraps: overwrites slots 200..255 and 0..143
+    store.insert((dict(tr), 200))  # wraps: overwrites slots 200..255 and 0..143
     before = store.sampler.tree.get(batch["index"]).copy()
     applied = store.update_priorities(batch["index"], batch["generation"], np.full(16, 50.0))
     after = store.sampler.tree.get(batch["index"])

@@ -11,9 +11,9 @@ import pytest
 
 from tests.conftest import CONFIGS, verl
 from verl_zmq.algos import make_algorithm
+from verl_zmq.batch import Layout
 from verl_zmq.config import load_job
 from verl_zmq.envs import env_seeds, env_spec, make_vector_env
-from verl_zmq.roles.learner import fragment_problem
 from verl_zmq.roles.sampler import Collector
 
 
@@ -31,7 +31,7 @@ def test_cartpole_fragment_layout_and_autoreset_marking():
     a, version = col.collect()
     assert version == 0
     T = 200
-    assert fragment_problem(a, spec, T, algo.extras) == ""
+    assert Layout(spec, T, algo.extras).problem(a) == ""
     done = a["terminated"] | a["truncated"]
     # the step after a done step only resets the env: invalid, reward 0
     t, e = np.argwhere(done[:-1])[0]
@@ -47,7 +47,7 @@ def test_continuous_actions_normalisation_and_reward_fn():
     assert not spec.discrete and spec.n_actions == 1
     a, _ = col.collect()
     assert a["action"].shape == (16, 2, 1) and a["action"].dtype == np.float32
-    assert fragment_problem(a, spec, 16, algo.extras) == ""
+    assert Layout(spec, 16, algo.extras).problem(a) == ""
     assert {"rms_mean", "rms_var", "rms_count"} <= set(a) and a["rms_count"][0] == 32
     assert (a["reward"] <= 0).all() and a["reward"].min() < -2 * 0.5  # doubled Pendulum cost
 

@@ -1,6 +1,9 @@
-"""Bounded memory under overload, short (`tools/soak.py --seconds 60`): samplers
-that could outrun a slowed learner by about 10:1 are held back by backpressure,
-and no role grows by more than 50 MB after warm-up."""
+"""Bounded memory under overload, short (`tools/soak.py --seconds 60`): once the
+replay shard is full (the learner is slowed on purpose; measuring starts then,
+so the overload is certain however fast each process runs), the shard stops
+reading and the samplers block on sending, both counted, and no role grows by
+more than 50 MB after warm-up. Nothing here depends on how much faster the
+samplers are than the learner."""
 
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ def test_memory_stays_bounded_when_samplers_outrun_the_learner():
     roles = [line.split()[0] for line in r.stdout.splitlines()
              if re.match(r"^(sampler|replay|learner|registry)", line)]
     assert {"learner-0", "replay-0", "registry"} <= set(roles) and len(roles) >= 7, r.stdout
-    wait = float(re.search(r"wait fraction \(second half\): mean ([\d.]+)", r.stdout).group(1))
-    assert wait > 0.3, r.stdout  # the samplers spend their time blocked: backpressure
+    m = re.search(r"shard full: yes; after it: shard not reading ([\d.]+) s, samplers "
+                  r"blocked sending ([\d.]+) s", r.stdout)
+    assert m, r.stdout
+    assert float(m.group(1)) > 0 and float(m.group(2)) > 0, r.stdout  # backpressure, counted
     assert "roles died: none" in r.stdout

@@ -1,9 +1,12 @@
 #!/usr/bin/env python
 """Bounded memory under overload: CartPole PPO with the learner slowed on purpose
-(`training.update_delay_s`), so the samplers could produce about 10 times what
-it consumes, for --seconds. The RSS of every role is sampled each second from
-/proc; printed per role: RSS after warm-up, at the end, and the growth; then the
-samplers' backpressure wait fraction and whether any role died.
+(`training.update_delay_s`), so the samplers could produce many times what it
+consumes, for --seconds from the moment the replay shard is first full (the
+overload is then certain, however fast each process runs). The RSS of every
+role is sampled each second from /proc; printed per role: RSS after warm-up, at
+the end, and the growth; then what the overload must cause (the shard full, the
+shard not reading and the samplers blocked on sending, both counted in seconds)
+and whether any role died.
 
     python tools/soak.py [--seconds 600] [--max-growth-pct 5] [--max-growth-mb 50]
 """
@@ -49,7 +52,8 @@ def main() -> int:
 
 def soak(run: Path, job: subprocess.Popen, args, warmup: float) -> int:
     t0 = time.monotonic()
-    started = None  # warm-up counts from the learner's first env steps
+    started = None  # warm-up counts from the moment the shard is first full
+    full_ts = None  # ... in the logs' clock
     pids: dict[str, int] = {}
     series: dict[str, list[tuple[float, float]]] = {}
     while (time.monotonic() - t0 < args.seconds + (started or 0.0)
@@ -57,9 +61,10 @@ def soak(run: Path, job: subprocess.Popen, args, warmup: float) -> int:
         for e in events(run / "logs" / "launcher.jsonl"):
             if e.get("event") in ("role_started", "role_restarted") and "pid" in e:
                 pids[e["member"]] = e["pid"]
-        if started is None and any(e.get("event") == "metrics" and e.get("learner/env_steps")
-                                   for e in events(run / "logs" / "learner-0.jsonl")):
-            started = time.monotonic() - t0
+        full = [e for e in events(run / "logs" / "replay-0.jsonl") if _full(e)]
+        if started is None and full:
+            started, full_ts = time.monotonic() - t0, full[0]["ts"]
+            print(f"shard full after {started:.1f} s", flush=True)
         now = time.monotonic() - t0
         for m, pid in pids.items():
             v = rss_mb(pid)
@@ -79,20 +84,40 @@ def soak(run: Path, job: subprocess.Popen, args, warmup: float) -> int:
     waits = [e["sampler/backpressure_wait_frac"] for p in (run / "logs").glob("sampler-*.jsonl")
              for e in events(p) if e.get("event") == "metrics"
              and isinstance(e.get("sampler/backpressure_wait_frac"), int | float)]
+    waited = sum(_grew(p, "sampler/backpressure_wait_s", full_ts)
+                 for p in (run / "logs").glob("sampler-*.jsonl"))
+    blocked = _grew(run / "logs" / "replay-0.jsonl", "replay/blocked_s", full_ts)
     rate = {k: [e[k] for e in events(run / "logs" / "learner-0.jsonl")
                 if e.get("event") == "metrics" and k in e][-5:]
             for k in ("learner/env_steps_per_s", "learner/updates_per_s")}
     died = [e["member"] for e in events(run / "logs" / "launcher.jsonl")
             if e.get("event") == "role_died"]
     tail = waits[len(waits) // 2:] or [0.0]
-    print(f"\nsamplers' backpressure wait fraction (second half): mean "
+    print(f"\nshard full: {'yes' if started is not None else 'never'}; after it: shard "
+          f"not reading {blocked:.1f} s, samplers blocked sending {waited:.1f} s in all")
+    print(f"samplers' backpressure wait fraction (second half): mean "
           f"{sum(tail) / len(tail):.2f}; learner env steps/s (last) "
           f"{rate['learner/env_steps_per_s']}; roles died: {died or 'none'}")
     bound_ok = (worst_mb <= args.max_growth_mb if args.max_growth_mb is not None
                 else worst_pct <= args.max_growth_pct)
     print(f"largest growth after warm-up: {worst_mb:+.1f} MB, {worst_pct:+.1f}% "
           f"({'within' if bound_ok else 'OVER'} the bound)")
-    return 0 if bound_ok and not died else 1
+    return 0 if bound_ok and not died and started is not None else 1
+
+
+def _full(e: dict) -> bool:
+    size, cap = e.get("replay/size"), e.get("replay/capacity")
+    return e.get("event") == "metrics" and isinstance(size, int) and isinstance(cap, int) \
+        and size >= cap
+
+
+def _grew(log: Path, key: str, since: float | None) -> float:
+    """How much a cumulative metric grew in a role's log after `since` (log time)."""
+    if since is None:
+        return 0.0
+    after = [e[key] for e in events(log) if e.get("event") == "metrics"
+             and isinstance(e.get(key), int | float) and e.get("ts", 0.0) >= since]
+    return float(after[-1] - after[0]) if len(after) > 1 else 0.0
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ def role(role, job_path, registry, member_id, group, bind, run_dir, keys_file, l
 def run(job_path, overrides, run_dir):
     """Run every role of JOB as tasks in this process over inproc:// (for debugging)."""
     job = _load(job_path, overrides)
-    from .checks import check_job
+    from .ops.checks import check_job
     from .runner import run_inproc
 
     problems = check_job(job)
@@ -116,7 +116,7 @@ def _stamp_dir(job: Job) -> Path:
 def check(job_path, overrides, quiet):
     """Validate JOB: keys and types, then build its env and networks once."""
     job = _load(job_path, overrides)
-    from .checks import check_job
+    from .ops.checks import check_job
 
     problems = check_job(job)
     if problems:
@@ -136,14 +136,14 @@ def check(job_path, overrides, quiet):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines, not readable ones.")
 def logs(run_dir, follow, roles, level, events, as_json):
     """Merge the JSON logs of every role in RUN_DIR by time, and tail them."""
-    from .logview import LogFilter, show
+    from .ops.logview import LogFilter, show
 
     show(Path(run_dir), LogFilter(roles=set(roles), level=level, events=set(events)),
          follow=follow, as_json=as_json)
 
 
 def _add_ops() -> None:
-    from .cli_ops import COMMANDS
+    from .ops.cli_ops import COMMANDS
 
     for cmd in COMMANDS:
         main.add_command(cmd)

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import multiprocessing
 import warnings
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -19,13 +20,11 @@ import numpy as np
 from .config import Environment
 
 
-def _worker_env(cfg: Environment):
+def _worker_env(make_env: Callable[[Environment], gym.Env], cfg: Environment):
     """In a worker: the env, with stderr silenced (a worker killed on purpose prints broken
     pipes; the parent reports every failure itself, in one line)."""
     import os
     import sys
-
-    from .envs import make_env
 
     # AsyncVectorEnv also calls this once in the sampler itself (to read the spaces):
     # silence only a worker process
@@ -39,10 +38,14 @@ class EnvFailed(RuntimeError):
 
 
 class GuardedVectorEnv:
-    """`num_envs` envs in worker processes, every step bounded by a timeout."""
+    """`num_envs` envs in worker processes, every step bounded by a timeout. `make_env`
+    builds one env from the config in a worker (a module-level function: it is
+    pickled to spawned processes)."""
 
-    def __init__(self, cfg: Environment, num_envs: int, seeds: list[int]):
+    def __init__(self, cfg: Environment, num_envs: int, seeds: list[int],
+                 make_env: Callable[[Environment], gym.Env]):
         self.cfg = cfg
+        self.make_env = make_env
         self.num_envs = num_envs
         self.seeds = list(seeds)
         self.failures = 0
@@ -56,7 +59,7 @@ class GuardedVectorEnv:
     def _make(self) -> gym.vector.AsyncVectorEnv:
         # spawn, not fork: a sampler has threads (zmq, asyncio), and a forked child of a
         # threaded process can deadlock on a lock some thread held at the fork
-        make = functools.partial(_worker_env, self.cfg)
+        make = functools.partial(_worker_env, self.make_env, self.cfg)
         return gym.vector.AsyncVectorEnv([make] * self.num_envs, shared_memory=False,
                                          context="spawn")
 

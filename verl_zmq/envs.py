@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from .config import Environment
+from .envguard import GuardedVectorEnv
 
 
 class EnvError(Exception):
@@ -118,9 +119,7 @@ def make_vector_env(cfg: Environment, num_envs: int, seed: int,
     env_id = resolve_id(cfg.id)
     seeds = env_seeds(seed, worker_index, num_envs)
     if cfg.step_timeout_s > 0:  # envs that may hang or crash: worker processes, guarded
-        from .envguard import GuardedVectorEnv
-
-        return GuardedVectorEnv(cfg, num_envs, seeds), seeds
+        return GuardedVectorEnv(cfg, num_envs, seeds, make_env), seeds
     if cfg.vectorization != "sync" and _native_ok(cfg, env_id):
         try:
             venv = gym.make_vec(env_id, num_envs, vectorization_mode="vector_entry_point",

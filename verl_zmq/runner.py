@@ -59,7 +59,8 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
                      keys: CurveKeys | None, exit_on_stdin_eof: bool,
                      log_stream=None, incarnation: int | None = None) -> int:
     """Run one role in this process until it stops; return its exit code."""
-    from .roles.base import RoleContext, default_incarnation, index_of, role_class, serve
+    from .roles.base import RoleContext, default_incarnation, index_of, role_class
+    from .roles.service import serve
 
     inc = incarnation or default_incarnation()
     log = setup_logging(spec.role, spec.member_id, spec.group, inc, job.logging.level,
@@ -117,7 +118,8 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
 
 def run_inproc(job: Job, run_dir: Path, log_stream=None) -> int:
     """Every role of the job as asyncio tasks in this process over inproc://."""
-    from .roles.base import RoleContext, default_incarnation, index_of, role_class, serve
+    from .roles.base import RoleContext, default_incarnation, index_of, role_class
+    from .roles.service import serve
 
     specs = default_specs(job)
     run_dir.mkdir(parents=True, exist_ok=True)

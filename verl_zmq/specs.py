@@ -23,7 +23,7 @@ def default_specs(job: Job) -> list[RoleSpec]:
     and `sampling.num_workers` samplers."""
     L = job.launch
     specs = [RoleSpec("registry", "registry")]
-    if job.algorithm.name == "dapo":
+    if job.traits.decentralised:
         n = max(L.peers, 1)
         specs += [RoleSpec("peer", f"peer-{p}", f"peer{p}") for p in range(n)]
         specs += [RoleSpec("replay", f"replay-{p}", f"peer{p}") for p in range(n)]
@@ -37,3 +37,9 @@ def default_specs(job: Job) -> list[RoleSpec]:
     specs += [RoleSpec("evaluator", f"evaluator-{i}") for i in range(L.evaluators)]
     specs += [RoleSpec("sampler", f"sampler-{i}") for i in range(job.sampling.num_workers)]
     return specs
+
+
+def index_of(member_id: str) -> int:
+    """`sampler-3` -> 3: the index that seeds envs and picks exploration."""
+    tail = member_id.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else 0

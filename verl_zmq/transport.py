@@ -16,8 +16,6 @@ from pathlib import Path
 import zmq
 import zmq.asyncio
 
-from . import wire
-
 DEFAULT_HWM = 16
 _inproc_ids = itertools.count()
 
@@ -164,8 +162,3 @@ class Transport:
             self.auth.stop()
             self.auth = None
 
-
-async def send(sock: zmq.asyncio.Socket, msg: wire.Message, prefix: list | None = None) -> None:
-    """Encode and send one message (after ROUTER identity frames in `prefix`)."""
-    frames = wire.encode(msg)
-    await sock.send_multipart((prefix or []) + frames, copy=False)

@@ -1,15 +1,29 @@
 """The algorithm contract. Roles call only this; algorithms know no sockets.
 
-- `act(obs)` (samplers, evaluator): actions for a batch of observations plus
-  the per-step extras the algorithm wants recorded in fragments.
-- `learn(batch)` (learner): one update from a batch; returns metrics.
+Everything a role hands an algorithm goes through its constructor or a call,
+never through attributes set from outside:
+
+- constructor: the job, the env's spec, the device, the sampler it acts for
+  (`worker`: index and count, for per-worker exploration) and the learner's
+  observation transform (demonstrations are raw: they are normalised alike).
+- `act(obs, deterministic, env_steps)` (samplers, evaluator): actions for a batch
+  of observations plus the per-step extras recorded in fragments; `env_steps` is
+  the job's env steps as the sampler estimates them (exploration schedules).
+- `learn(batch, at)` (learner): one update at a point of training (`Progress`);
+  returns `Learned`: its metrics and, off-policy, the batch's new priorities.
+- `fragment_filter()`: a predicate the learner's fragment feed applies before
+  an update (dynamic sampling), or None.
 - `policy_arrays()` / `load_policy_arrays()`: what travels in a params message.
 - `state_dict()` / `load_state_dict()`: everything a checkpoint holds.
+
+What roles may know of an algorithm without building one is in `traits.py`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -17,35 +31,67 @@ import torch
 
 from ..config import Job
 from ..envs import EnvSpec
+from .traits import Traits, traits
+
+ObsTransform = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where training is when an update runs: env steps so far and their fraction
+    of `training.total_timesteps` (schedules anneal on it)."""
+
+    env_steps: int = 0
+    fraction: float = 0.0
+
+
+START = Progress()
+
+
+@dataclass
+class Learned:
+    """What one update returns: `losses/...` and `charts/...` metrics and, for
+    replayed batches, one new priority per sampled transition."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    priorities: np.ndarray | None = None
 
 
 class Algorithm(ABC):
     """One RL algorithm: networks, acting, learning, state."""
 
     name: ClassVar[str]
-    on_policy: ClassVar[bool]
-    extras: ClassVar[tuple[str, ...]] = ()
     # attributes a checkpoint holds: modules and optimisers (state_dict), or tensors
     state_attrs: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, job: Job, spec: EnvSpec, device: str = "cpu"):
+    def __init__(self, job: Job, spec: EnvSpec, device: str = "cpu",
+                 worker: tuple[int, int] = (0, 1), obs_transform: ObsTransform | None = None):
         self.job = job
         self.spec = spec
         self.params = job.algorithm.params
         self.device = torch.device(device)
         self.updates = 0
-        self.progress = 0.0  # env steps / total_timesteps, set by the learner
-        # set by samplers: exploration schedules (Ape-X epsilons, annealing) read them
-        self.worker_index, self.num_workers = 0, 1
-        self.sampler_env_steps = 0
-        # off-policy: |TD error| of the last learned batch, for priority updates
-        self.priorities: np.ndarray | None = None
-        # learning from demonstrations: set by the learner (env steps, obs normalisation)
-        self.env_steps = 0
-        self.obs_transform = None  # raw observations -> what the networks take
+        self.worker_index, self.num_workers = worker  # the sampler this copy acts for
+        self.obs_transform = obs_transform  # raw observations -> what the networks take
         self._bc = None
 
-    def bc_batch(self) -> tuple[float, torch.Tensor, torch.Tensor] | None:
+    @property
+    def traits(self) -> Traits:
+        return traits(self.name)
+
+    @property
+    def on_policy(self) -> bool:
+        return self.traits.on_policy
+
+    @property
+    def extras(self) -> tuple[str, ...]:
+        return self.traits.extras
+
+    def fragment_filter(self) -> Callable[[dict[str, np.ndarray]], bool] | None:
+        """A predicate on fragments: False drops one before an update. None: keep all."""
+        return None
+
+    def bc_batch(self, env_steps: int) -> tuple[float, torch.Tensor, torch.Tensor] | None:
         """(weight, obs, action) of a demonstration batch when behaviour cloning is on
         and its weight is not zero yet. Demonstrations are loaded at the first call,
         so only the learner (never a sampler) reads the file."""
@@ -56,7 +102,7 @@ class Algorithm(ABC):
             from ..demos import BCTerm
 
             self._bc = BCTerm(cfg, self.spec, self.job.experiment.seed)
-        w = self._bc.weight(self.env_steps)
+        w = self._bc.weight(env_steps)
         if w <= 0:
             return None
         obs, act = self._bc.batch()
@@ -66,7 +112,7 @@ class Algorithm(ABC):
                 torch.as_tensor(act, device=self.device))
 
     @abstractmethod
-    def act(self, obs: np.ndarray, deterministic: bool = False
+    def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0
             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Actions for a batch of observations, and the extras to record."""
 
@@ -79,8 +125,8 @@ class Algorithm(ABC):
         return {}
 
     @abstractmethod
-    def learn(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        """One update; returns `losses/...` metrics."""
+    def learn(self, batch: dict[str, np.ndarray], at: Progress = START) -> Learned:
+        """One update from a batch at a point of training."""
 
     def export_head(self) -> tuple[torch.nn.Module, str]:
         """For export: a module from flat normalised obs to its output, and how that

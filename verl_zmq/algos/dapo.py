@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..batch import bootstrap
 from .ppo import PPO, compute_gae
 
 
@@ -36,11 +37,15 @@ class DAPO(PPO):
             return fragment_mean(per_step, mb["column"])
         return per_step.mean()
 
+    def fragment_filter(self):
+        """Dynamic sampling: drop fragments that carry no learning signal."""
+        return self.informative if self.params.dynamic_sampling else None
+
     def informative(self, frag: dict[str, np.ndarray]) -> bool:
         """False when every valid step's advantage is within `dynamic_tolerance` of 0."""
         p = self.params
         adv, _ = compute_gae(frag["reward"], frag["value"], frag["terminated"],
-                             frag["truncated"], frag["valid"], frag["bootstrap_value"],
+                             frag["truncated"], frag["valid"], frag[bootstrap("value")],
                              p.gamma, p.gae_lambda)
         valid = np.asarray(frag["valid"], bool)
         return bool(valid.any() and np.abs(adv[valid]).max() > p.dynamic_tolerance)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nets import mlp, obs_dim
-from .base import Algorithm
+from .base import START, Algorithm, Learned, Progress
 
 
 class QNet(nn.Module):
@@ -56,12 +56,10 @@ class DQN(Algorithm):
     """Double DQN with optional dueling head, for Discrete actions."""
 
     name = "dqn"
-    on_policy = False
-    extras = ("q_taken", "q_max")  # Q(s, a) and max_a Q(s, a) at acting time (Ape-X)
     state_attrs = ("q", "target", "opt")
 
-    def __init__(self, job, spec, device: str = "cpu"):
-        super().__init__(job, spec, device)
+    def __init__(self, job, spec, device: str = "cpu", **kw):
+        super().__init__(job, spec, device, **kw)
         if not spec.discrete:
             raise ValueError(f"algorithm.name: dqn needs Discrete actions; {job.environment.id} "
                              f"has continuous (Box) actions: use sac or ppo")
@@ -71,7 +69,6 @@ class DQN(Algorithm):
         self.target = copy.deepcopy(self.q).requires_grad_(False)
         self.opt = torch.optim.Adam(self.q.parameters(), lr=self.params.learning_rate)
         self.rng = np.random.default_rng(job.experiment.seed)
-        self.priorities: np.ndarray | None = None
 
     def policy_module(self) -> torch.nn.Module:
         return self.q
@@ -79,21 +76,21 @@ class DQN(Algorithm):
     def export_head(self):
         return self.q, "argmax"
 
-    def epsilon(self) -> float:
+    def epsilon(self, env_steps: int = 0) -> float:
         p = self.params
         if p.exploration == "apex":
             i, n = self.worker_index, self.num_workers
             return p.apex_eps ** (1 + p.apex_alpha * i / (n - 1)) if n > 1 else p.apex_eps
-        frac = min(1.0, self.sampler_env_steps / max(1, p.eps_decay_steps))
+        frac = min(1.0, env_steps / max(1, p.eps_decay_steps))
         return p.eps_start + frac * (p.eps_end - p.eps_start)
 
-    def act(self, obs, deterministic=False):
+    def act(self, obs, deterministic=False, env_steps=0):
         with torch.no_grad():
             q = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
         qn = q.cpu().numpy()
         a = qn.argmax(-1)
         if not deterministic:
-            explore = self.rng.random(len(a)) < self.epsilon()
+            explore = self.rng.random(len(a)) < self.epsilon(env_steps)
             a = np.where(explore, self.rng.integers(0, self.spec.n_actions, len(a)), a)
         return a.astype(np.int64), {"q_taken": qn[np.arange(len(a)), a].astype(np.float32),
                                     "q_max": qn.max(-1).astype(np.float32)}
@@ -109,7 +106,7 @@ class DQN(Algorithm):
         prio[ti, ei] = np.abs(td)
         return {"priority": prio}
 
-    def learn(self, batch):
+    def learn(self, batch, at: Progress = START):
         p = self.params
         t = {k: torch.as_tensor(np.asarray(batch[k]), device=self.device)
              for k in ("obs", "action", "reward", "next_obs", "discount", "weight")}
@@ -131,10 +128,11 @@ class DQN(Algorithm):
                     tp.lerp_(sp, p.tau)
         elif self.updates % p.target_update_interval == 0:
             self.target.load_state_dict(self.q.state_dict())
-        self.priorities = td.detach().abs().cpu().numpy()
-        return {"losses/td_loss": float(loss.detach()), "losses/q_mean": float(q.mean().detach()),
-                "losses/td_abs_mean": float(self.priorities.mean()),
-                "losses/grad_norm": float(gn)}
+        prio = td.detach().abs().cpu().numpy()
+        return Learned({"losses/td_loss": float(loss.detach()),
+                        "losses/q_mean": float(q.mean().detach()),
+                        "losses/td_abs_mean": float(prio.mean()),
+                        "losses/grad_norm": float(gn)}, prio)
 
 
 ALGORITHM = DQN

@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..batch import bootstrap
 from ..nets import ActorCritic
-from .base import Algorithm
+from .base import START, Algorithm, Learned, Progress
 
 
 def compute_gae(reward: np.ndarray, value: np.ndarray, terminated: np.ndarray,
@@ -53,12 +54,11 @@ class PPO(Algorithm):
     """Proximal Policy Optimisation with GAE, on FIFO replay."""
 
     name = "ppo"
-    on_policy = True
-    extras = ("logp", "value")
     state_attrs = ("net", "opt")
 
-    def __init__(self, job, spec, device: str = "cpu"):
-        super().__init__(job, spec, device)
+    def __init__(self, job, spec, device: str = "cpu", **kw):
+        super().__init__(job, spec, device, **kw)
+        self.progress = 0.0  # of the update running now: schedules read it
         pol = job.algorithm.policy
         if pol.dueling:
             raise ValueError("algorithm.policy.dueling: a dueling head is for Q-networks "
@@ -77,7 +77,7 @@ class PPO(Algorithm):
     def export_head(self):
         return self.net.pi, "argmax" if self.spec.discrete else "clip"
 
-    def act(self, obs, deterministic=False):
+    def act(self, obs, deterministic=False, env_steps=0):
         with torch.no_grad():
             o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
             d = self.net.dist(o)
@@ -103,7 +103,7 @@ class PPO(Algorithm):
         """GAE, then flatten [T, N] to the valid steps as tensors."""
         p = self.params
         adv, ret = compute_gae(batch["reward"], batch["value"], batch["terminated"],
-                               batch["truncated"], batch["valid"], batch["bootstrap_value"],
+                               batch["truncated"], batch["valid"], batch[bootstrap("value")],
                                p.gamma, p.gae_lambda)
         mask = batch["valid"].reshape(-1).astype(bool)
         T, N = batch["reward"].shape
@@ -148,8 +148,9 @@ class PPO(Algorithm):
     def aggregate(self, per_step: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         return per_step.mean()
 
-    def learn(self, batch):
+    def learn(self, batch, at: Progress = START):
         p = self.params
+        self.progress = at.fraction
         for g in self.opt.param_groups:
             g["lr"] = self._schedule(p.learning_rate, p.lr_schedule)
         data = self.prepare(batch)
@@ -164,7 +165,7 @@ class PPO(Algorithm):
                 idx = perm[start:start + mbs]
                 mb = {k: v[idx] for k, v in data.items()}
                 loss, stats = self.loss(mb)
-                bc = self.bc_batch()
+                bc = self.bc_batch(at.env_steps)
                 if bc is not None:  # behaviour cloning: -log pi(a_demo | s_demo)
                     w, obs, act = bc
                     d = self.net.dist(obs)
@@ -194,7 +195,7 @@ class PPO(Algorithm):
         out["charts/learning_rate"] = self.opt.param_groups[0]["lr"]
         out["charts/clip_range"] = self._clip()[1]
         out["charts/batch_steps"] = float(n)
-        return out
+        return Learned(out)
 
 
 ALGORITHM = PPO

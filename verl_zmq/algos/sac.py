@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nets import mlp, obs_dim
-from .base import Algorithm
+from .base import START, Algorithm, Learned, Progress
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -73,13 +73,11 @@ class SAC(Algorithm):
     """Soft actor-critic for 1-d Box actions."""
 
     name = "sac"
-    on_policy = False
-    extras = ()
     state_attrs = ("actor", "critic", "critic_target", "log_alpha", "pi_opt", "q_opt",
                    "a_opt")
 
-    def __init__(self, job, spec, device: str = "cpu"):
-        super().__init__(job, spec, device)
+    def __init__(self, job, spec, device: str = "cpu", **kw):
+        super().__init__(job, spec, device, **kw)
         if spec.discrete:
             raise ValueError(f"algorithm.name: sac needs continuous (Box) actions; "
                              f"{job.environment.id} has Discrete actions: use dqn or ppo")
@@ -108,8 +106,8 @@ class SAC(Algorithm):
     def export_head(self):
         return self.actor.net, "squash"
 
-    def act(self, obs, deterministic=False):
-        if not deterministic and self.sampler_env_steps < self.params.learning_starts:
+    def act(self, obs, deterministic=False, env_steps=0):
+        if not deterministic and env_steps < self.params.learning_starts:
             a = self.rng.uniform(-1, 1, (len(obs), self.spec.n_actions)).astype(np.float32)
             return a, {}
         with torch.no_grad():
@@ -120,7 +118,7 @@ class SAC(Algorithm):
     def env_action(self, action: np.ndarray) -> np.ndarray:
         return self.low + (np.clip(action, -1, 1) + 1.0) * 0.5 * (self.high - self.low)
 
-    def learn(self, batch):
+    def learn(self, batch, at: Progress = START):
         p = self.params
         t = {k: torch.as_tensor(np.asarray(batch[k]), device=self.device).float()
              for k in ("obs", "action", "reward", "next_obs", "discount", "weight")}
@@ -139,7 +137,7 @@ class SAC(Algorithm):
         q1p, q2p = self.critic(t["obs"], a)
         pi_loss = (alpha * logp - torch.min(q1p, q2p)).mean()
         out = {}
-        bc = self.bc_batch()
+        bc = self.bc_batch(at.env_steps)
         if bc is not None:  # behaviour cloning: -log pi(a_demo | s_demo), squashed
             w, obs, act = bc
             low = torch.as_tensor(self.low, device=self.device)
@@ -159,9 +157,10 @@ class SAC(Algorithm):
             for tp, sp in zip(self.critic_target.parameters(), self.critic.parameters()):
                 tp.lerp_(sp, p.tau)
         self.updates += 1
-        self.priorities = (0.5 * ((q1 - y).abs() + (q2 - y).abs())).detach().cpu().numpy()
-        return {"losses/q_loss": float(q_loss.detach()), "losses/pi_loss": float(pi_loss.detach()),
-                "losses/alpha": alpha, "losses/entropy": float(-logp.detach().mean()), **out}
+        prio = (0.5 * ((q1 - y).abs() + (q2 - y).abs())).detach().cpu().numpy()
+        return Learned({"losses/q_loss": float(q_loss.detach()),
+                        "losses/pi_loss": float(pi_loss.detach()), "losses/alpha": alpha,
+                        "losses/entropy": float(-logp.detach().mean()), **out}, prio)
 
 
 ALGORITHM = SAC

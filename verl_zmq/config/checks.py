@@ -58,17 +58,13 @@ def check_semantics(job: Job, source: str) -> None:
             f"{source}: security.curve: expected true, false or \"auto\", "
             f"got {job.security.curve!r}"
         )
-    on_policy = job.algorithm.name in ("ppo", "dapo")
-    if on_policy and job.replay.mode != "fifo":
-        raise ConfigError(
-            f"{source}: replay.mode: {job.algorithm.name} is on-policy and needs \"fifo\", "
-            f"got {job.replay.mode!r}"
-        )
-    if not on_policy and job.replay.mode == "fifo":
-        raise ConfigError(
-            f"{source}: replay.mode: {job.algorithm.name} is off-policy and needs "
-            f"\"uniform\" or \"prioritized\", got \"fifo\""
-        )
+    T = job.traits
+    on_policy = T.on_policy
+    if job.replay.mode not in T.replay_modes:
+        kind = "on-policy" if on_policy else "off-policy"
+        want = " or ".join(f'"{m}"' for m in T.replay_modes)
+        raise ConfigError(f"{source}: replay.mode: {job.algorithm.name} is {kind} and needs "
+                          f"{want}, got \"{job.replay.mode}\"")
     if job.replay.capacity < job.fragment_steps:
         raise ConfigError(
             f"{source}: replay.capacity: {job.replay.capacity} transitions cannot hold one "
@@ -82,7 +78,7 @@ def check_semantics(job: Job, source: str) -> None:
             f"limiter block sampling and inserting at once; use at least "
             f"max(1, replay.samples_per_insert) = {max(1.0, R.samples_per_insert)}")
     bc = job.algorithm.bc
-    if bc.demos and job.algorithm.name not in ("ppo", "dapo", "sac"):
+    if bc.demos and not T.learns_from_demos:
         raise ConfigError(f"{source}: algorithm.bc.demos: behaviour cloning is for ppo, dapo "
                           f"and sac, not {job.algorithm.name}")
     if bc.mixing_ratio < 0 or bc.decay_steps < 0 or bc.batch_size < 1:

@@ -306,5 +306,12 @@ class Job:
         return self.launch.registry_port or self.launch.port_range[0]
 
     @property
+    def traits(self):
+        """What the job's algorithm declares (on-policy, extras, decentralised)."""
+        from ..algos.traits import traits
+
+        return traits(self.algorithm.name)
+
+    @property
     def fragment_steps(self) -> int:
         return self.sampling.fragment_length * self.sampling.num_envs_per_worker

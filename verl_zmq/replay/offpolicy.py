@@ -1,11 +1,18 @@
 """Off-policy replay for one shard: ring storage + a sampler (uniform or
 prioritised) + the replay-ratio limiter, fed with fragments unrolled into
-n-step transitions. Numpy only."""
+n-step transitions. Each of a learner's credits is answered with one sampled
+batch (importance weights, slot indices and their generations) when the
+limiter allows; priority updates come back keyed by (index, generation), so an
+update for a slot overwritten meanwhile is ignored. Inserts wait while the
+limiter says the learner is behind. Numpy only."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
+from .. import wire
 from ..config import Job
 from .limiter import RateLimiter
 from .samplers import PrioritizedSampler, UniformSampler
@@ -15,6 +22,8 @@ from .transitions import unroll
 
 class OffPolicyStore:
     """What a uniform or prioritized shard holds, and how it samples."""
+
+    persistent = True  # snapshots: the buffer survives a restart and a resumed job
 
     def __init__(self, job: Job, seed: int = 0):
         R, p = job.replay, job.algorithm.params
@@ -29,11 +38,59 @@ class OffPolicyStore:
         self.beta_steps = max(1, R.beta_anneal_steps)
         self.env_steps = 0
         self.stale_updates = 0
+        self.priority_updates = 0
+        self.transitions_in = 0  # since this shard started (a restore counts as in)
+
+    @property
+    def size(self) -> int:
+        return self.storage.size
 
     def transitions(self, arrays) -> dict[str, np.ndarray]:
         return unroll(arrays, self.gamma, self.n_step)
 
-    def insert(self, tr: dict[str, np.ndarray], env_steps: int) -> int:
+    # -- the shard's store interface (see roles/replay.py) ------------------------
+
+    def prepare(self, frag: wire.Fragment) -> tuple[dict[str, np.ndarray], int]:
+        """A fragment's n-step transitions and its env steps."""
+        return self.transitions(frag.arrays), int(frag.arrays["reward"].size)
+
+    def can_insert(self, item) -> bool:
+        return self.limiter.can_insert(len(item[0]["reward"]))
+
+    def can_serve(self, batch_size: int) -> bool:
+        return batch_size > 0 and self.limiter.can_sample(batch_size)
+
+    def take(self, batch_size: int) -> wire.Batch:
+        return wire.Batch(arrays=self.sample(batch_size), inserted_t=time.time())
+
+    def untake(self, msg: wire.Batch) -> None:
+        """A send failed: the sample is simply not used."""
+
+    def update_priorities_msg(self, msg: wire.PriorityUpdate) -> str:
+        """Apply a learner's priority update; a reason when it is malformed."""
+        a = msg.arrays
+        try:
+            idx, gen, pr = a["index"], a["generation"], a["priority"]
+            if not (idx.shape == gen.shape == pr.shape and idx.ndim == 1):
+                return "index, generation and priority differ in shape"
+            if idx.dtype.kind not in "iu" or gen.dtype.kind not in "iu" or pr.dtype.kind != "f":
+                return "bad dtypes"
+        except KeyError as e:
+            return f"missing {e}"
+        self.priority_updates += self.update_priorities(idx, gen, pr)
+        return ""
+
+    def metrics(self) -> dict[str, float]:
+        s = self.storage
+        return {"replay/size": s.size, "replay/capacity": s.capacity,
+                "replay/transitions": self.transitions_in, "replay/env_steps": self.env_steps,
+                "replay/sampled": self.limiter.sampled,
+                "replay/priority_updates": self.priority_updates,
+                "replay/stale_priority_updates": self.stale_updates}
+
+    def insert(self, item: tuple[dict[str, np.ndarray], int]) -> int:
+        tr, env_steps = item
+        tr = dict(tr)
         prio = tr.pop("priority", None)
         n = len(tr["reward"])
         if n:
@@ -41,6 +98,7 @@ class OffPolicyStore:
             self.sampler.on_insert(idx, prio)
         self.limiter.insert(n)
         self.env_steps += env_steps
+        self.transitions_in += n
         return n
 
     def sample(self, n: int) -> dict[str, np.ndarray]:
@@ -81,3 +139,4 @@ class OffPolicyStore:
                                  if k.startswith("sampler/")}, order)
         self.env_steps, self.stale_updates, self.limiter.inserted, self.limiter.sampled = (
             int(x) for x in state["store_counters"])
+        self.transitions_in = self.storage.size

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..batch import bootstrap
+
 
 def windows(a: dict[str, np.ndarray], gamma: float, n: int):
     """For every valid (t, e): the n-step window's last step k, return R and discount.
@@ -48,7 +50,7 @@ def windows(a: dict[str, np.ndarray], gamma: float, n: int):
 def after(a: dict[str, np.ndarray], name: str) -> np.ndarray:
     """Column `name` shifted by one step: [t] holds the value after step t (the last
     row from `bootstrap_<name>`)."""
-    return np.concatenate([a[name][1:], a[f"bootstrap_{name}"][None]], axis=0)
+    return np.concatenate([a[name][1:], a[bootstrap(name)][None]], axis=0)
 
 
 def unroll(a: dict[str, np.ndarray], gamma: float, n: int) -> dict[str, np.ndarray]:

@@ -137,7 +137,7 @@ class EvaluatorRole(Role):
         """Every trainer of the job reached the target: for DAPO every one of its
         `launch.peers` peers, so a peer lost for a while (or joining late) must
         reach it too; without it the job ends when the others finish training."""
-        if self.job.algorithm.name == "dapo":
+        if self.job.traits.decentralised:
             everyone = {f"peer-{i}" for i in range(max(1, self.job.launch.peers))}
             return (everyone | self.trainers) <= self.reached
         return self._all(self.reached)

@@ -1,80 +1,38 @@
-"""Replay shard: stores experience and serves it to its group's learner.
+"""Replay shard: one shell around a store (FIFO, uniform or prioritised).
 
-PULL takes fragments from any sampler of the group; ROUTER takes the
-learner's requests. FIFO mode (on-policy) serves each fragment once, under
-credit-based flow control: the learner grants credits, the shard sends one
-fragment per credit, so a few are always in flight and the learner never
-waits while data exists. Memory is bounded: when full, the shard stops
-reading (samplers block on their PUSH high-water mark) or, if the job says
-`drop_oldest`, drops and counts the oldest. Imports no torch.
+PULL takes fragments from any sampler of the group and validates each once,
+against the job's fragment layout; ROUTER takes the learner's requests. The
+learner grants credits, the shard answers each with one item (a fragment, or a
+sampled batch) when the store can serve, so a few are always in flight and the
+learner never waits while data exists. When the store cannot take a fragment
+(full, or the replay-ratio limiter says the learner is behind) the shard stops
+reading and samplers block on their PUSH high-water mark: backpressure,
+measured. Stores that persist are snapshotted now and then and on stop.
+Imports no torch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 
 import zmq
 
 from .. import wire
+from ..batch import job_layout
+from ..envs import env_spec
+from ..replay import snapshot
+from ..replay.stores import make_store
 from .base import Role, recv, send
 
-
-class FifoStore:
-    """A bounded FIFO of fragments, each served once."""
-
-    def __init__(self, capacity_fragments: int):
-        self.capacity = max(1, capacity_fragments)
-        self.items: deque[tuple[wire.Fragment, float]] = deque()
-        self.dropped = 0
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    @property
-    def full(self) -> bool:
-        return len(self.items) >= self.capacity
-
-    def put(self, frag: wire.Fragment, drop_oldest: bool) -> None:
-        if self.full and drop_oldest:
-            self.items.popleft()
-            self.dropped += 1
-        self.items.append((frag, time.time()))
-
-    def pop(self) -> tuple[wire.Fragment, float]:
-        return self.items.popleft()
-
-    def push_front(self, item: tuple[wire.Fragment, float]) -> None:
-        self.items.appendleft(item)
-
-
-def fragment_ok(f: wire.Fragment) -> str:
-    """Structural check a shard can make without knowing the env: empty when fine."""
-    a = f.arrays
-    for k in ("obs", "action", "reward", "terminated", "truncated", "valid"):
-        if k not in a:
-            return f"missing array {k!r}"
-    te = a["reward"].shape
-    if len(te) != 2 or te[0] == 0 or te[1] == 0:
-        return f"reward has shape {te}, expected [T, E]"
-    for k in ("obs", "action", "terminated", "truncated", "valid"):
-        if a[k].shape[:2] != te:
-            return f"{k} has shape {a[k].shape}, expected [{te[0]}, {te[1]}, ...]"
-    return ""
+MAX_CREDIT = 1000
+MAX_BATCH = 65_536
 
 
 class ReplayRole(Role):
-    """One shard of the job's replay: FIFO (on-policy) or uniform/prioritized."""
+    """One shard of the job's replay."""
 
     name = "replay"
-
-    def __new__(cls, ctx):
-        if cls is ReplayRole and ctx.job.replay.mode != "fifo":
-            from .replay_offpolicy import OffPolicyReplayRole
-
-            return super().__new__(OffPolicyReplayRole)
-        return super().__new__(cls)
 
     async def setup(self) -> None:
         t = self.ctx.transport
@@ -82,69 +40,26 @@ class ReplayRole(Role):
         self.router, req_ep = t.bind(zmq.ROUTER, "requests", hwm=1000)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.endpoints = {"fragments": pull_ep, "requests": req_ep}
+        self.layout = job_layout(self.job, env_spec(self.job.environment))
         self.credits: dict[bytes, int] = {}
-        self.make_store()
-        self.inserts = 0
-        self.served = 0
-        self.rejected = 0
-        self.delay_sum = 0.0
-        self.blocked_s = 0.0
-        self._rate = (time.monotonic(), 0, 0, 0.0)
-
-    def make_store(self) -> None:
-        """What this mode stores: a bounded FIFO of fragments."""
-        cap = self.job.replay.capacity // max(1, self.job.fragment_steps)
-        self.store = FifoStore(cap)
-        self.drop_oldest = self.job.replay.when_full == "drop_oldest"
+        self.batch_size: dict[bytes, int] = {}
         self.space = asyncio.Event()
-        self.space.set()
+        self.store = make_store(self.job, self.ctx.index)
+        self.snapshot_dir = snapshot.snapshot_dir(self.ctx.run_dir, self.id)
+        self.inserts = self.served = self.rejected = 0
+        self.delay_sum = self.blocked_s = 0.0
+        self._rate = (time.monotonic(), 0, 0, 0.0)
+        if self.store.persistent:
+            self._restore()
 
-    def store_metrics(self) -> dict[str, float]:
-        return {"replay/size": len(self.store), "replay/capacity": self.store.capacity,
-                "replay/dropped": self.store.dropped}
-
-    async def _serve(self) -> None:
-        """Send queued fragments while some learner has credit."""
-        while self.store.items:
-            ident = next((i for i, c in self.credits.items() if c > 0), None)
-            if ident is None:
-                return
-            item = self.store.pop()
-            frag, inserted = item
-            msg = wire.Batch(version=frag.version, inserted_t=inserted, sampler=frag.src,
-                             arrays=frag.arrays)
-            try:
-                await send(self.router, msg, self.id, prefix=[ident])
-            except zmq.ZMQError:  # that learner is gone: forget its credit, keep the data
-                self.credits.pop(ident, None)
-                self.store.push_front(item)
-                continue
-            self.credits[ident] -= 1
-            self.served += 1
-            self.delay_sum += time.time() - inserted
-            if not self.store.full:
-                self.space.set()
-
-    async def _ingest(self) -> None:
-        while True:
-            if self.store.full and not self.drop_oldest:
-                self.space.clear()
-                t0 = time.monotonic()
-                await self.space.wait()  # stop reading: samplers block on their PUSH
-                self.blocked_s += time.monotonic() - t0
-            msg = await self._next_fragment()
-            if msg is None:
-                continue
-            self.store.put(msg, self.drop_oldest)
-            self.inserts += 1
-            await self._serve()
+    # -- fragments in -------------------------------------------------------------
 
     async def _next_fragment(self) -> wire.Fragment | None:
         """One fragment from the PULL socket, or None (counted, logged) when it is bad."""
         _, msg = await recv(self.pull, self.wire_stats, expect=(wire.Fragment,))
         if msg is None:
             return None
-        why = fragment_ok(msg)
+        why = self.layout.problem(msg.arrays)
         if why:
             self.reject_fragment(msg, why)
             return None
@@ -154,23 +69,110 @@ class ReplayRole(Role):
         self.rejected += 1
         self.wire_stats.reject(msg.src, wire.WireError(f"bad fragment: {why}"))
 
+    async def _ingest(self) -> None:
+        while True:
+            msg = await self._next_fragment()
+            if msg is None:
+                continue
+            try:
+                item = self.store.prepare(msg)
+            except (KeyError, ValueError, IndexError, TypeError) as e:
+                self.reject_fragment(msg, str(e))
+                continue
+            while not self.store.can_insert(item):  # full, or the learner is behind
+                self.space.clear()
+                t0 = time.monotonic()
+                await self.space.wait()  # not reading: samplers block on their PUSH
+                self.blocked_s += time.monotonic() - t0
+            try:
+                self.store.insert(item)
+            except ValueError as e:  # columns that do not match what is stored
+                self.reject_fragment(msg, str(e))
+                continue
+            self.inserts += 1
+            await self._serve()
+
+    # -- requests and serving -----------------------------------------------------
+
     async def _requests(self) -> None:
         while True:
             prefix, msg = await recv(self.router, self.wire_stats, n_prefix=1,
-                                     expect=(wire.SampleRequest,))
+                                     expect=(wire.SampleRequest, wire.PriorityUpdate))
             if msg is None:
                 continue
+            if isinstance(msg, wire.PriorityUpdate):
+                why = self.store.update_priorities_msg(msg)
+                if why:
+                    self.wire_stats.reject(msg.src, wire.WireError(f"bad priority update: {why}"))
+                continue
             ident = prefix[0].bytes
-            self.credits[ident] = min(self.credits.get(ident, 0) + max(0, msg.credit), 1000)
+            self.credits[ident] = min(self.credits.get(ident, 0) + max(0, msg.credit),
+                                      MAX_CREDIT)
+            if msg.batch_size > 0:
+                self.batch_size[ident] = min(msg.batch_size, MAX_BATCH)
             await self._serve()
+
+    async def _serve(self) -> None:
+        """Answer credits while the store can serve."""
+        for ident in list(self.credits):
+            n = self.batch_size.get(ident, 0)
+            while self.credits.get(ident, 0) > 0 and self.store.can_serve(n):
+                msg = self.store.take(n)
+                try:
+                    await send(self.router, msg, self.id, prefix=[ident])
+                except zmq.ZMQError:  # that learner is gone: forget its credit, keep the data
+                    self.credits.pop(ident, None)
+                    self.store.untake(msg)
+                    break
+                self.credits[ident] -= 1
+                self.served += 1
+                self.delay_sum += max(0.0, time.time() - msg.inserted_t)
+        self.space.set()  # serving may have made room: the ingest loop checks again
+
+    # -- snapshots ----------------------------------------------------------------
+
+    def _restore(self) -> None:
+        t0 = time.monotonic()
+        try:
+            state = snapshot.read(self.snapshot_dir)
+            if state is None:
+                return
+            self.store.load_state(state)
+        except (OSError, ValueError, KeyError) as e:  # unreadable: start empty, say so
+            self.log.error("replay_restore_failed", path=str(self.snapshot_dir), error=str(e))
+            self.store = make_store(self.job, self.ctx.index)
+            return
+        self.log.info("replay_restored", path=str(self.snapshot_dir), size=self.store.size,
+                      env_steps=self.store.env_steps, seconds=round(time.monotonic() - t0, 3))
+
+    async def _snapshot(self) -> None:
+        t0 = time.monotonic()
+        state = self.store.state()  # copies, taken between two messages: consistent
+        path = await asyncio.to_thread(snapshot.write, self.snapshot_dir, state)
+        self.log.info("replay_snapshot", path=str(path), size=self.store.size,
+                      bytes=path.stat().st_size, seconds=round(time.monotonic() - t0, 3))
+
+    async def _snapshot_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.job.replay.snapshot_interval_s)
+            if self.store.size:  # an empty buffer has nothing to keep
+                await self._snapshot()
+
+    # -- lifecycle ----------------------------------------------------------------
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._ingest())
             tg.create_task(self._requests())
+            if self.store.persistent and self.job.replay.snapshot_interval_s > 0:
+                tg.create_task(self._snapshot_loop())
+
+    async def teardown(self) -> None:
+        if self.store.persistent and self.store.size:
+            await self._snapshot()
 
     def status(self) -> dict[str, float]:
-        return {"size": len(self.store)}
+        return {"size": self.store.size}
 
     def metrics(self) -> dict[str, float]:
         now = time.monotonic()
@@ -178,7 +180,7 @@ class ReplayRole(Role):
         dt = max(now - t, 1e-9)
         self._rate = (now, self.inserts, self.served, self.delay_sum)
         n_served = self.served - srv
-        return {**self.store_metrics(),
+        return {**self.store.metrics(),
                 "replay/inserts": self.inserts, "replay/served": self.served,
                 "replay/inserts_per_s": round((self.inserts - ins) / dt, 2),
                 "replay/served_per_s": round(n_served / dt, 2),

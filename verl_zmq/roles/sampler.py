@@ -19,6 +19,7 @@ import zmq
 
 from .. import wire
 from ..algos import make_algorithm
+from ..batch import bootstrap
 from ..envs import env_spec, make_vector_env
 from ..normalize import RunningMeanStd, moments
 from .base import Role, reconnect, recv, send
@@ -44,6 +45,7 @@ class Collector:
         self.pending: tuple[int, dict] | None = None
         self.cached: tuple[np.ndarray, dict, int] | None = None
         self.steps = 0
+        self.job_steps = 0  # the job's env steps as this sampler estimates them
         self.swaps = 0
         self.rejected_params = 0
 
@@ -72,7 +74,7 @@ class Collector:
             a, ex, v = self.cached
             self.cached = None
             return a, ex, v
-        a, ex = self.algo.act(obs)
+        a, ex = self.algo.act(obs, env_steps=self.job_steps)
         return a, ex, self.version
 
     def collect(self) -> tuple[dict[str, np.ndarray], int]:
@@ -126,14 +128,14 @@ class Collector:
             self.raw_obs = raw
             self.steps += 1
         boot = self._obs(self.raw_obs)
-        a, ex = self.algo.act(boot)
+        a, ex = self.algo.act(boot, env_steps=self.job_steps)
         self.cached = (a, ex, self.version)  # the next fragment's first action
         arrays = {"obs": obs, "action": actions, "terminated": term, "truncated": trunc,
-                  "valid": valid, **cols, "bootstrap_obs": boot,
+                  "valid": valid, **cols, bootstrap("obs"): boot,
                   "ep_return": np.array(finished_ret, np.float64),
                   "ep_length": np.array(finished_len, np.int64)}
         for k in self.algo.extras:
-            arrays[f"bootstrap_{k}"] = np.asarray(ex[k], np.float32)
+            arrays[bootstrap(k)] = np.asarray(ex[k], np.float32)
         if raw_all is not None:
             arrays.update(moments(raw_all, shape))
         arrays.update(self.algo.finish_fragment(arrays))
@@ -149,9 +151,8 @@ class SamplerRole(Role):
         torch.set_num_threads(self.job.resources.sampler.cpu or self.job.sampling.torch_threads)
         torch.manual_seed(self.job.experiment.seed)  # same initial weights as the learner
         spec = env_spec(self.job.environment)
-        self.algo = make_algorithm(self.job, spec)
-        self.algo.worker_index = self.ctx.index
-        self.algo.num_workers = self.job.sampling.num_workers
+        self.algo = make_algorithm(self.job, spec,
+                                   worker=(self.ctx.index, self.job.sampling.num_workers))
         venv, seeds = make_vector_env(self.job.environment, self.job.sampling.num_envs_per_worker,
                                       self.job.experiment.seed, self.ctx.index + 1)
         self.collector = Collector(self.job, self.algo, venv, seeds)
@@ -218,7 +219,7 @@ class SamplerRole(Role):
                 await self._wait_for_params(timeout)
                 self.param_wait_s += time.monotonic() - t0
             c = self.collector
-            self.algo.sampler_env_steps = c.steps * c.E * self.job.sampling.num_workers
+            c.job_steps = c.steps * c.E * self.job.sampling.num_workers
             arrays, version = await asyncio.to_thread(c.collect)
             if self.collector.version != last_version:
                 shipped, last_version = 0, self.collector.version

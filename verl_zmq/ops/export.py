@@ -11,10 +11,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from .checkpoint import load
-from .config import Job, loads_job
-from .envs import EnvSpec, env_spec
-from .normalize import RunningMeanStd
+from ..checkpoint import load
+from ..config import Job, loads_job
+from ..envs import EnvSpec, env_spec
+from ..normalize import RunningMeanStd
 
 
 @dataclass
@@ -37,7 +37,7 @@ class LoadedPolicy:
 
 def load_policy(path: str | Path) -> LoadedPolicy:
     """Rebuild the policy a checkpoint holds (loaded with weights_only=True)."""
-    from .algos import make_algorithm
+    from ..algos import make_algorithm
 
     state = load(path)
     if "job" not in state or "policy" not in state:

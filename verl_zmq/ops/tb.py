@@ -25,15 +25,15 @@ def available() -> bool:
 
 
 class TBWriter:
-    """Follows a run folder's logs and appends what is new to `tb/` (on a resumed
-    run, only what this launcher's roles log: the rest is charted already)."""
+    """Appends a run's new log events to `tb/`. It shares its owner's `RunView`
+    (the owner polls it and hands over what was new); made before the job's roles
+    start, so what the logs already hold (a resumed run's past, charted by the
+    launcher that ran it) is read for the state only."""
 
-    def __init__(self, run_dir: Path, job_text: str = ""):
+    def __init__(self, run_dir: Path, job_text: str = "", view: RunView | None = None):
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-        self.view = RunView(run_dir)
-        # made before the job's roles start: what the logs already hold is a resumed
-        # run's past, charted by the launcher that ran it. Read for the state only.
+        self.view = view if view is not None else RunView(run_dir)
         self.view.poll()
         self.writer = EventFileWriter(str(run_dir / "tb"))
         self.latest: dict[str, dict[str, dict]] = {r: {} for r in AGGREGATED}
@@ -41,8 +41,12 @@ class TBWriter:
             self._text("job", f"```toml\n{job_text}\n```")
 
     def poll(self) -> None:
+        """Read the view's new events (when this writer owns its view) and write them."""
+        self.write(self.view.poll())
+
+    def write(self, events: list[dict]) -> None:
         changed: set[str] = set()
-        for ev in self.view.poll():
+        for ev in events:
             name, role = ev.get("event"), ev.get("role")
             if name == "evaluated" and isinstance(ev.get("eval/return_mean"), int | float):
                 step = int(ev.get("env_steps", self.view.env_steps))
@@ -90,6 +94,6 @@ class TBWriter:
         self.writer.add_event(Event(wall_time=time.time(), step=0, summary=Summary(
             value=[Summary.Value(tag=tag, metadata=meta, tensor=tensor)])))
 
-    def close(self) -> None:
-        self.poll()
+    def close(self, events: list[dict] | None = None) -> None:
+        self.write(events or [])
         self.writer.close()

@@ -3,12 +3,12 @@ and the algorithm's networks once and reports what does not fit."""
 
 from __future__ import annotations
 
-from .config import Job
+from ..config import Job
 
 
 def check_job(job: Job) -> list[str]:
     """Problems with the job, each one sentence; empty when it can run."""
-    from .envs import EnvError, env_spec, make_vector_env
+    from ..envs import EnvError, env_spec, make_vector_env
 
     problems: list[str] = []
     try:
@@ -16,14 +16,14 @@ def check_job(job: Job) -> list[str]:
     except EnvError as e:
         return [str(e)]
     try:
-        from .algos import make_algorithm
+        from ..algos import make_algorithm
 
         make_algorithm(job, spec)
     except (ValueError, KeyError) as e:
         problems.append(str(e))
     problems += _memory_problems(job, spec)
     if job.algorithm.bc.demos:
-        from .demos import load_demos
+        from ..demos import load_demos
 
         try:
             load_demos(job.algorithm.bc.demos, spec)

@@ -35,7 +35,7 @@ def eval_cmd(checkpoint, episodes, seed, video_dir, stochastic):
     """Evaluate the policy in CHECKPOINT (step_*.pt, latest.pt or best.pt)."""
     import torch
 
-    from .roles.evaluator import evaluate, video_available
+    from ..roles.evaluator import evaluate, video_available
 
     torch.set_num_threads(1)
     lp = _policy(checkpoint)
@@ -61,7 +61,7 @@ def record_cmd(checkpoint, episodes, seed, stochastic, output):
     import numpy as np
     import torch
 
-    from .demos import record
+    from ..demos import record
 
     torch.set_num_threads(1)
     lp = _policy(checkpoint)
@@ -102,7 +102,7 @@ def export_cmd(checkpoint, fmt, output):
 @click.option("--obs-shape", default=None, help="Refuse other shapes, e.g. 4 or 84,84,3.")
 def serve_cmd(model, bind, report_s, obs_shape):
     """Answer msgpack observation requests with MODEL's actions over ZMQ REP."""
-    from .log import setup_logging
+    from ..log import setup_logging
     from .serve import PolicyServer
 
     log = setup_logging("serve", "serve")

@@ -1,16 +1,21 @@
 """What a run folder's logs say about the run, followed incrementally: each
-member's state and latest metrics, the env-step count, the eval history. The
-dashboard, the plots and the TensorBoard writer all read a run through this."""
+member's state and latest metrics, the env-step count and its rate, the eval
+history. The one reader of run progress: the launcher's progress line and
+summary.json, the TensorBoard writer, the dashboard and the plots all read a
+run through this."""
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .logview import _Tail
 
 STEP_KEYS = ("learner/env_steps", "peer/env_steps")
+DROPPED_KEYS = ("learner/fragments_dropped", "peer/fragments_dropped")
+RATE_WINDOW_S = 30.0  # the env-step rate is measured over this much log time
 
 
 @dataclass
@@ -35,6 +40,10 @@ class RunView:
     evals: list[tuple[int, float, float]] = field(default_factory=list)  # steps, ret, ts
     train: list[tuple[int, float, float]] = field(default_factory=list)  # sampler returns
     finished: bool = False
+    dropped: int = 0  # fragments the learners dropped for lag (max over them)
+    # (log time, env steps) whenever the count rose: rates come from the logs' own
+    # clocks, not from how often someone polls
+    steps_at: deque = field(default_factory=lambda: deque(maxlen=4096))
     _tails: dict[Path, _Tail] = field(default_factory=dict)
     _sampler_returns: dict[str, float] = field(default_factory=dict)
 
@@ -66,21 +75,49 @@ class RunView:
         elif name == "task_failed":
             m.state = "failed"
         elif name == "metrics":
-            m.metrics = ev
-            for k in STEP_KEYS:
-                if isinstance(ev.get(k), int | float):
-                    self.env_steps = max(self.env_steps, int(ev[k]))
-            # training return as the samplers see it: every algorithm has it
-            r = ev.get("sampler/episode_return_mean")
-            if isinstance(r, int | float) and self.env_steps > 0:
-                self._sampler_returns[mid] = float(r)  # mean over samplers, latest each
-                vals = self._sampler_returns.values()
-                self.train.append((self.env_steps, sum(vals) / len(vals), ts))
+            self._metrics(m, ev, ts)
         elif name == "evaluated" and isinstance(ev.get("eval/return_mean"), int | float):
             self.evals.append((int(ev.get("env_steps", 0)), float(ev["eval/return_mean"]), ts))
-            self.env_steps = max(self.env_steps, self.evals[-1][0])  # fresher than metrics
+            self._steps(self.evals[-1][0], ts)  # fresher than metrics
         elif name == "training_finished":
             self.finished = True
+            if isinstance(ev.get("env_steps"), int):
+                self._steps(ev["env_steps"], ts)
+
+    def _metrics(self, m: MemberView, ev: dict, ts: float) -> None:
+        m.metrics = ev
+        for k in STEP_KEYS:
+            if isinstance(ev.get(k), int | float):
+                self._steps(int(ev[k]), ts)
+        for k in DROPPED_KEYS:
+            if isinstance(ev.get(k), int | float):
+                self.dropped = max(self.dropped, int(ev[k]))
+        # training return as the samplers see it: every algorithm has it
+        r = ev.get("sampler/episode_return_mean")
+        if isinstance(r, int | float) and self.env_steps > 0:
+            self._sampler_returns[m.id] = float(r)  # mean over samplers, latest each
+            vals = self._sampler_returns.values()
+            self.train.append((self.env_steps, sum(vals) / len(vals), ts))
+
+    def _steps(self, n: int, ts: float) -> None:
+        if n > self.env_steps:
+            self.env_steps = n
+            if ts:
+                self.steps_at.append((ts, n))
+
+    def steps_per_s(self, window_s: float = RATE_WINDOW_S) -> float:
+        """Env steps per second over the last `window_s` of log time (at least the
+        last two points that the count rose at); 0 before it rose twice."""
+        pts = self.steps_at
+        if len(pts) < 2:
+            return 0.0
+        t_last, n_last = pts[-1]
+        first = next(((t, n) for t, n in pts if t >= t_last - window_s and t < t_last), pts[-2])
+        return (n_last - first[1]) / max(t_last - first[0], 1e-9)
+
+    @property
+    def eval_returns(self) -> list[float]:
+        return [r for _, r, _ in self.evals]
 
     def age(self, m: MemberView, now: float | None = None) -> float:
         """Seconds since the member last logged (metrics come every logging interval)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .log import LEVELS, readable
+from ..log import LEVELS, readable
 
 
 @dataclass

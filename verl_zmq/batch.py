@@ -1,0 +1,113 @@
+"""The fragment: the one batch type of the on-policy data path, and the source
+of the columns that off-policy transitions are unrolled from.
+
+A fragment is T steps of E envs in columns, NEXT_STEP autoreset layout:
+
+- `obs [T, E, *obs]`, `action [T, E]` (discrete) or `[T, E, n]`, `reward`,
+  `terminated`, `truncated`, `valid [T, E]`;
+- one `[T, E]` float column per algorithm extra (PPO: `logp`, `value`), each
+  with its value after the last step in `bootstrap_<extra> [E]`, and
+  `bootstrap_obs [E, *obs]` (the rule: every per-step column that a learner
+  needs one step past the fragment has a `bootstrap_` twin);
+- optional: `ep_return`, `ep_length` (episodes finished in it), `priority`
+  (actor-side initial priorities), `rms_*` (observation moments).
+
+This module owns those names, validation (a shard validates once, on arrival)
+and concatenation (a learner stacks fragments side by side). Numpy only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .envs import EnvSpec
+
+BASE = ("obs", "action", "reward", "terminated", "truncated", "valid")
+STEPWISE = ("obs", "action", "terminated", "truncated", "valid")  # [T, E, ...] beside reward
+
+
+def bootstrap(column: str) -> str:
+    """The name of a column's value one step past the fragment."""
+    return f"bootstrap_{column}"
+
+
+def steps(arrays: dict[str, np.ndarray]) -> int:
+    """Env steps a fragment holds (valid or not: the envs did step)."""
+    return int(arrays["reward"].size)
+
+
+def shape_problem(arrays: dict[str, np.ndarray]) -> str:
+    """What a shard can check knowing no env: the base columns, all [T, E, ...]."""
+    for k in BASE:
+        if k not in arrays:
+            return f"missing array {k!r}"
+    te = arrays["reward"].shape
+    if len(te) != 2 or te[0] == 0 or te[1] == 0:
+        return f"reward has shape {te}, expected [T, E]"
+    for k in STEPWISE:
+        if arrays[k].shape[:2] != te:
+            return f"{k} has shape {arrays[k].shape}, expected [{te[0]}, {te[1]}, ...]"
+    return ""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The fragments of one job: its env's spaces, fragment length and extras."""
+
+    spec: EnvSpec
+    T: int
+    extras: tuple[str, ...] = ()
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Per-step columns an update reads, then their bootstrap twins."""
+        return (*BASE, *self.extras, *(bootstrap(k) for k in ("obs", *self.extras)))
+
+    def shapes(self, E: int) -> dict[str, tuple[int, ...]]:
+        T, s = self.T, self.spec
+        out = {"obs": (T, E, *s.obs_shape), "reward": (T, E), "terminated": (T, E),
+               "truncated": (T, E), "valid": (T, E),
+               "action": (T, E) if s.discrete else (T, E, s.n_actions),
+               bootstrap("obs"): (E, *s.obs_shape)}
+        out.update({k: (T, E) for k in self.extras})
+        out.update({bootstrap(k): (E,) for k in self.extras})
+        return out
+
+    def problem(self, a: dict[str, np.ndarray], values: bool = True) -> str:
+        """Does a fragment fit this job's env and algorithm? Empty when it does.
+        `values=False` checks names and shapes only (what a learner re-checks of a
+        fragment its shard validated whole)."""
+        why = shape_problem(a)
+        if why:
+            return why
+        for k, shape in self.shapes(a["reward"].shape[1]).items():
+            if k not in a:
+                return f"missing array {k!r}"
+            if tuple(a[k].shape) != shape:
+                return f"{k} has shape {tuple(a[k].shape)}, expected {shape}"
+        if not values:
+            return ""
+        if self.spec.discrete:
+            act = a["action"]
+            out_of_range = act.size and (act.min() < 0 or act.max() >= self.spec.n_actions)
+            if act.dtype.kind not in "iu" or out_of_range:
+                return "actions out of the discrete range"
+        for k in ("obs", "reward", *self.extras):
+            if a[k].dtype.kind != "f" or not np.isfinite(a[k]).all():
+                return f"{k} is not finite floats"
+        return ""
+
+    def concat(self, frags: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Stack fragments side by side along the env axis: [T, sum E, ...]; only
+        the columns an update reads travel on."""
+        out = {k: np.concatenate([f[k] for f in frags], axis=1) for k in (*BASE, *self.extras)}
+        for k in ("obs", *self.extras):
+            out[bootstrap(k)] = np.concatenate([f[bootstrap(k)] for f in frags])
+        return out
+
+
+def job_layout(job, spec: EnvSpec) -> Layout:
+    """The fragment layout of a job for its env."""
+    return Layout(spec, job.sampling.fragment_length, job.traits.extras)

@@ -1,0 +1,359 @@
+"""A gossip peer's node: who its neighbours are, the exchanges with them, and
+the mixing of what they send (moolib's peer, as one component).
+
+Every `gossip.update_interval` local updates the node starts one exchange with
+each of `gossip.neighbor_count` neighbours (chosen by `selection_strategy`):
+a hello and its reply carry the parameters' SHA-256 fingerprint, the mean
+recent return, the param version and env steps (and the peers each side
+knows, so membership survives the registry); a params request and reply
+follow only when the neighbour holds parameters this peer has not seen.
+Received parameters wait in a bounded priority queue; every
+`gossip.sync_interval` updates they are mixed in, theta <- (1 - a) theta +
+a sum_j w_j theta_j, optimiser state kept. A peer that has barely started
+adopts the best received parameters outright. A neighbour that does not
+answer within heartbeat x liveness, or that the registry drops, is no longer
+chosen. An exchange in flight owns its socket: dropping or replacing a busy
+neighbour leaves the socket to the exchange, which closes it when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+import zmq
+
+from .. import compress, gossip, wire
+from ..messaging import WireStats, recv, send
+from ..specs import index_of
+from .trainer import Trainer
+
+FORGET_DEAD_S = 30.0  # a peer found dead is not re-learned from gossip for this long
+
+
+class GossipNode:
+    """The gossip state and protocol of one peer; the peer role owns one."""
+
+    def __init__(self, job, member_id: str, index: int, trainer: Trainer, transport, log,
+                 stats: WireStats, spawn: Callable[..., asyncio.Task],
+                 publish: Callable[[], Awaitable[None]]):
+        G = job.gossip
+        self.job, self.id, self.trainer = job, member_id, trainer
+        self.transport, self.log, self.wire_stats = transport, log, stats
+        self.spawn, self.publish = spawn, publish
+        self.gossip_sock, self.endpoint = transport.bind(zmq.ROUTER, "gossip", hwm=100)
+        self.peers: dict[str, wire.Member] = {}
+        self.dead: dict[str, float] = {}
+        self.out: dict[str, tuple[str, object]] = {}  # neighbour -> (endpoint, DEALER)
+        self.busy: set[str] = set()
+        self.orphans: dict[str, list] = {}  # sockets to close once their exchange ends
+        self.info: dict[str, dict] = {}  # from hellos: reward, version, env_steps
+        self.queue = gossip.ParamQueue(G.max_queue_size, G.priority_fn)
+        self.recv_fp: dict[str, str] = {}  # fingerprint of what each peer last sent us
+        self.recon: dict[str, dict[str, np.ndarray]] = {}  # ... and what we rebuilt of it
+        self.sent_base: dict[str, dict[str, np.ndarray]] = {}  # what each can rebuild of ours
+        self.grng = np.random.default_rng(job.experiment.seed * 7919 + index)
+        self.round = 0
+        self.last_round = self.last_sync = 0
+        self.stats = dict.fromkeys(("exchanges", "pulls", "pulls_skipped", "mixes", "adopted",
+                                    "refused", "timeouts", "stale_dropped"), 0)
+        self._fp_cache: tuple[tuple[int, float], str] = ((-1, 0.0), "")
+        self._registry_peers: dict[str, wire.Member] = {}
+        self.bootstrapped = asyncio.Event()
+
+    # -- who is out there ---------------------------------------------------------------
+
+    def on_membership(self, members) -> None:
+        """The registry's view: peers it dropped are dropped here too."""
+        now = {m.id: m for m in members.values() if m.role == "peer" and m.id != self.id}
+        for pid in list(self.peers):
+            if pid in self._registry_peers and pid not in now:
+                self._drop(pid, "registry")  # missed heartbeats, or left
+        self._registry_peers = now
+        for m in now.values():
+            self._learn(m, "registry")
+
+    def _learn(self, m: wire.Member, how: str) -> None:
+        if m.id == self.id or m.role != "peer" or not m.endpoints.get("gossip"):
+            return
+        if how == "gossip" and self.dead.get(m.id, 0.0) > time.monotonic():
+            return
+        old = self.peers.get(m.id)
+        if old is None or old.endpoints.get("gossip") != m.endpoints.get("gossip"):
+            if old is not None:
+                self._close(m.id)
+            self.peers[m.id] = m
+            self.dead.pop(m.id, None)
+            self.log.info("peer_learned", member=m.id, via=how, peers=len(self.peers))
+
+    def _drop(self, pid: str, why: str) -> None:
+        if self.peers.pop(pid, None) is None:
+            return
+        self._close(pid)
+        self.dead[pid] = time.monotonic() + FORGET_DEAD_S
+        self.info.pop(pid, None)
+        self.log.info("neighbour_dropped", member=pid, reason=why, peers=len(self.peers))
+
+    def _close(self, pid: str) -> None:
+        ep_sock = self.out.pop(pid, None)
+        # an exchange in flight is waiting on this socket: it closes it when done
+        # (closing it under a pending recv fails that recv, and with it the role)
+        if ep_sock is None:
+            return
+        if pid in self.busy:
+            self.orphans.setdefault(pid, []).append(ep_sock[1])
+        else:
+            self.transport.close_socket(ep_sock[1])
+
+    def _dealer(self, pid: str):
+        ep = self.peers[pid].endpoints["gossip"]
+        cur = self.out.get(pid)
+        if cur is None or cur[0] != ep:
+            if cur is not None:
+                self.transport.close_socket(cur[1])
+            cur = (ep, self.transport.connect(zmq.DEALER, ep, hwm=10))
+            self.out[pid] = cur
+        return cur[1]
+
+    def _members(self) -> list[wire.Member]:
+        return list(self.peers.values())[:64]
+
+    # -- what this peer holds -----------------------------------------------------------
+
+    def _own(self) -> dict[str, np.ndarray]:
+        """What travels: the policy's arrays, and the observation statistics they were
+        trained with (mixed alike, so a mixed policy sees what it expects)."""
+        return {k: (v.astype(np.float32) if k.startswith("obs_rms/") else v)
+                for k, v in self.trainer.arrays().items()}
+
+    def _fingerprint(self) -> str:
+        # params change only at an update or a mix, both of which bump the version; the
+        # observation statistics that travel with them change as fragments arrive
+        t = self.trainer
+        key = (t.state.version, t.rms.count if self.job.environment.normalize_obs else 0.0)
+        if self._fp_cache[0] != key:
+            self._fp_cache = (key, gossip.fingerprint(self._own()))
+        return self._fp_cache[1]
+
+    def _reward(self) -> float:
+        return self.trainer.mean_return()
+
+    def _hello(self, reply: bool) -> wire.GossipHello:
+        return wire.GossipHello(reply=reply, fingerprint=self._fingerprint(),
+                                reward=self._reward(), version=self.trainer.state.version,
+                                env_steps=self.trainer.state.env_steps,
+                                members=self._members())
+
+    # -- rounds -------------------------------------------------------------------------
+
+    def _neighbours(self) -> list[str]:
+        """This round's neighbours, by the job's selection strategy."""
+        G = self.job.gossip
+        ids = sorted(self.peers) + [self.id]
+        if G.selection_strategy == "topology":
+            # a fixed graph over peer numbers; dead or unknown numbers are holes
+            n = max(self.job.launch.peers, max(index_of(i) for i in ids) + 1)
+            by_index = {index_of(i): i for i in ids}
+            alive = np.array([i in by_index for i in range(n)])
+            row = gossip.select_round("topology", n, G.neighbor_count, self.round, self.grng,
+                                      topology=G.topology, alive=alive)[index_of(self.id)]
+            return [by_index[int(j)] for j in row if j >= 0 and by_index[int(j)] != self.id]
+        rewards = np.array([self.info.get(i, {}).get("reward", 0.0) for i in ids[:-1]]
+                           + [self._reward()])
+        row = gossip.select_round(G.selection_strategy, len(ids), G.neighbor_count,
+                                  self.round, self.grng, rewards=rewards,
+                                  temperature=G.temperature)[len(ids) - 1]
+        return [ids[int(j)] for j in row]
+
+    def _start_round(self) -> None:
+        chosen = [n for n in self._neighbours() if n not in self.busy]
+        self.round += 1
+        self.stats["exchanges"] += len(chosen)
+        self.log.info("gossip_round", round=self.round, exchanges=len(chosen),
+                      neighbours=chosen, peers=len(self.peers),
+                      version=self.trainer.state.version)
+        for n in chosen:
+            self.busy.add(n)
+            self.spawn(self._exchange(n))
+
+    def _timeout(self) -> float:
+        L = self.job.launch
+        return L.heartbeat_interval_s * L.heartbeat_liveness
+
+    async def _ask(self, sock, msg: wire.Message, kind: type):
+        """Send one request to a neighbour and wait for its reply, or None on timeout."""
+        await send(sock, msg, self.id)
+        try:
+            async with asyncio.timeout(self._timeout()):
+                while True:
+                    _, reply = await recv(sock, self.wire_stats, expect=(kind,))
+                    if reply is not None:
+                        return reply
+        except TimeoutError:
+            return None
+
+    async def _exchange(self, pid: str) -> None:
+        try:
+            if pid in self.peers:
+                await self._exchange_once(pid, self._dealer(pid))
+        finally:
+            self.busy.discard(pid)
+            for orphan in self.orphans.pop(pid, []):  # dropped or replaced meanwhile
+                self.transport.close_socket(orphan)
+
+    def _no_reply(self, pid: str, sock) -> None:
+        self.stats["timeouts"] += 1
+        cur = self.out.get(pid)
+        if cur is not None and cur[1] is sock:  # not already dropped or replaced
+            self._drop(pid, "no_reply")
+
+    async def _exchange_once(self, pid: str, sock) -> None:
+        hello = await self._ask(sock, self._hello(False), wire.GossipHello)
+        if hello is None:
+            self._no_reply(pid, sock)
+            return
+        self._heard(pid, hello)
+        if hello.fingerprint in (self._fingerprint(), self.recv_fp.get(pid)):
+            self.stats["pulls_skipped"] += 1
+            self.log.info("gossip_pull_skipped", member=pid, round=self.round,
+                          version=hello.version)
+            return
+        base = self.recon.get(pid)
+        req = wire.GossipParams(request=True,
+                                fingerprint=gossip.fingerprint(base) if base else "")
+        got = await self._ask(sock, req, wire.GossipParams)
+        if got is None:
+            self._no_reply(pid, sock)
+            return
+        self._take_params(pid, got, base)
+
+    def _heard(self, pid: str, hello: wire.GossipHello) -> None:
+        self.info[pid] = {"reward": float(hello.reward), "version": hello.version,
+                          "env_steps": hello.env_steps}
+        for m in hello.members:
+            self._learn(m, "gossip")
+
+    def _take_params(self, pid: str, msg: wire.GossipParams, base) -> None:
+        own = self._own()
+        try:
+            arrays = compress.decode(dict(msg.arrays), msg.compression, base, own)
+            why = gossip.check_like(arrays, own)
+        except (ValueError, KeyError, TypeError) as e:
+            why = str(e)
+        if why:
+            self.stats["refused"] += 1
+            self.recon.pop(pid, None)  # start over with full params next time
+            self.wire_stats.reject(pid, wire.WireError(f"gossip params refused: {why}"))
+            return
+        self.stats["pulls"] += 1
+        self.recv_fp[pid] = msg.fingerprint
+        self.recon[pid] = arrays
+        self.queue.put(pid, arrays, float(msg.reward), msg.version, self.trainer.algo.updates)
+        self.log.info("gossip_params_received", member=pid, version=msg.version,
+                      reward=round(float(msg.reward), 3), compression=msg.compression,
+                      queued=len(self.queue))
+
+    # -- answering neighbours -----------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Answer neighbours' hellos and params requests, for the role's whole life."""
+        G = self.job.gossip
+        while True:
+            prefix, msg = await recv(self.gossip_sock, self.wire_stats, n_prefix=1,
+                                     expect=(wire.GossipHello, wire.GossipParams))
+            if msg is None:
+                continue
+            if isinstance(msg, wire.GossipHello):
+                self._heard(msg.src, msg)
+                reply = self._hello(True)
+            else:
+                own = self._own()
+                base = self.sent_base.get(msg.src)
+                if base is not None and gossip.fingerprint(base) != msg.fingerprint:
+                    base = None  # the requester lost our base: full params
+                arrays, recon = compress.encode(own, G.compression, base, self.grng,
+                                                G.topk_fraction)
+                used = G.compression if (G.compression not in compress.DELTA
+                                         or base is not None) else "none"
+                if G.compression in compress.DELTA:
+                    self.sent_base[msg.src] = recon
+                reply = wire.GossipParams(fingerprint=self._fingerprint(),
+                                          reward=self._reward(),
+                                          version=self.trainer.state.version,
+                                          compression=used, arrays=arrays)
+            with contextlib.suppress(zmq.ZMQError):  # the asker is gone: nothing to do
+                await send(self.gossip_sock, reply, self.id, prefix=[prefix[0]])
+
+    # -- mixing -------------------------------------------------------------------------
+
+    def _mix(self) -> None:
+        G = self.job.gossip
+        entries = self.queue.drain()
+        fresh = [e for e in entries if self.trainer.algo.updates - e.received_at_update
+                 <= G.staleness_updates]
+        self.stats["stale_dropped"] += len(entries) - len(fresh)
+        if not fresh:
+            return
+        own = self._own()
+        if self.trainer.algo.updates == 0:
+            # nothing learnt yet (a late joiner): take the best neighbour's params outright
+            new, how = fresh[0].arrays, "adopted"
+            weights, rate = np.ones(1), 1.0
+        else:
+            weights = gossip.mixing_weights(G.mixing, [e.reward for e in fresh], G.temperature)
+            new = gossip.mix_params(own, [e.arrays for e in fresh], weights, G.mix_rate)
+            how, rate = "mixed", G.mix_rate
+        self.trainer.load_arrays(new)  # new params: a new version (and fingerprint)
+        self.stats["adopted" if how == "adopted" else "mixes"] += 1
+        self.log.info("gossip_mix_applied", how=how, entries=len(fresh),
+                      sources=[e.src for e in fresh], weights=[round(float(w), 4)
+                                                               for w in weights],
+                      rate=rate, version=self.trainer.state.version,
+                      updates=self.trainer.algo.updates)
+
+    async def after_update(self) -> None:
+        """Every `update_interval` updates a round; every `sync_interval` a mix."""
+        G = self.job.gossip
+        u = self.trainer.algo.updates
+        if u - self.last_round >= G.update_interval and self.peers:
+            self.last_round = u
+            self._start_round()
+        if u - self.last_sync >= G.sync_interval and len(self.queue):
+            self.last_sync = u
+            self._mix()
+            await self.publish()
+
+    async def bootstrap(self) -> None:
+        """Before any local update: one round, so that a late joiner adopts the
+        others' parameters instead of training from scratch. (At a job's start every
+        peer holds the same initial parameters: those pulls are skipped.)"""
+        try:
+            # wait (a little) to know enough peers for a full round
+            want = min(self.job.gossip.neighbor_count, max(1, self.job.launch.peers - 1))
+            deadline = time.monotonic() + 2 * self._timeout()
+            while len(self.peers) < want and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            if not self.peers:
+                return
+            self._start_round()
+            deadline = time.monotonic() + 1.5 * self._timeout()
+            while self.busy and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if len(self.queue):
+                self._mix()
+                await self.publish()
+        finally:
+            self.bootstrapped.set()
+
+    def others_done(self, total: int) -> bool:
+        """Every peer this one hears of has trained `total` env steps."""
+        return all(self.info.get(p, {}).get("env_steps", 0) >= total for p in self.peers)
+
+    def metrics(self) -> dict:
+        out = {f"gossip/{k}": v for k, v in self.stats.items()}
+        out.update({"gossip/peers": len(self.peers), "gossip/queue": len(self.queue),
+                    "gossip/round": self.round})
+        return out

@@ -1,0 +1,119 @@
+"""The off-policy feed: sampled batches from uniform or prioritised shards.
+
+Each shard link keeps `prefetch` batch requests outstanding; the next request
+goes to a shard chosen in proportion to the shards' sizes (a shard left with
+none gets one first), so the learner samples the whole replay evenly. After an
+update the batch's new priorities go back to the shard it came from, if that
+shard is still the one connected. Env steps are the sum of what each shard
+reports, per shard member (a restarted shard replaces its count), never going
+backwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from .. import wire
+from .links import Link, ShardAddress, ShardLinks
+from .state import FeedConfig, TrainState
+
+Arrays = dict[str, np.ndarray]
+
+
+def batch_problem(a: Arrays, obs_shape: tuple, action_shape: tuple) -> str:
+    """Does a sampled batch have the columns an off-policy update reads?"""
+    try:
+        n = a["reward"].shape[0]
+        want = {"obs": (n, *obs_shape), "next_obs": (n, *obs_shape), "reward": (n,),
+                "discount": (n,), "weight": (n,), "index": (n,), "generation": (n,),
+                "env_steps": (1,), "action": (n, *action_shape)}
+    except (KeyError, IndexError) as e:
+        return f"missing or misshapen reward: {e}"
+    for k, shape in want.items():
+        if k not in a or tuple(a[k].shape) != shape:
+            return f"{k}: expected shape {shape}"
+    for k in ("obs", "next_obs", "reward", "discount", "weight"):
+        if a[k].dtype.kind != "f" or not np.isfinite(a[k]).all():
+            return f"{k} is not finite floats"
+    return ""
+
+
+class SampledFeed:
+    """Sampled batches for off-policy updates; priorities back to their shard."""
+
+    def __init__(self, links_args: dict, state: TrainState, spec, cfg: FeedConfig,
+                 rng: np.random.Generator):
+        self.links = ShardLinks(**links_args, on_message=self._on)
+        self.state, self.cfg, self.rng = state, cfg, rng
+        self.obs_shape = tuple(spec.obs_shape)
+        self.action_shape = () if spec.discrete else (spec.n_actions,)
+        self.batches: asyncio.Queue[tuple[Link, wire.Batch]] = asyncio.Queue()
+        self.shard_steps: dict[str, int] = {}
+        self.current: tuple[Link, Arrays] | None = None
+        self.rejected = 0
+        self.draining = False
+
+    async def reconcile(self, wanted: dict[str, ShardAddress]) -> None:
+        for link in self.links.reconcile(wanted):
+            link.credit = self.cfg.prefetch
+            await self.links.send(link, wire.SampleRequest(credit=link.credit,
+                                                           batch_size=self.cfg.batch_size))
+
+    async def _on(self, link: Link, msg: wire.Batch | None) -> None:
+        if msg is None or self.draining:  # bad or unwanted: ask for another
+            await self.links.send(link, wire.SampleRequest(credit=1))
+            return
+        await self.batches.put((link, msg))
+
+    async def next(self) -> Arrays | None:
+        link, msg = await self.batches.get()
+        link.credit -= 1
+        a = msg.arrays
+        why = batch_problem(a, self.obs_shape, self.action_shape)
+        if why:
+            self.rejected += 1
+            self.links.stats.reject(msg.src, wire.WireError(f"bad batch: {why}"))
+            await self._request()
+            return None
+        self.shard_steps[link.member] = int(a["env_steps"][0])
+        if "size" in a and a["size"].shape == (1,):
+            link.size = max(1, int(a["size"][0]))
+        # never backwards: a shard restarted from an older snapshot reports less
+        self.state.env_steps = max(self.state.env_steps, sum(self.shard_steps.values()))
+        self.current = (link, a)
+        return a
+
+    async def done(self, learned) -> None:
+        """Priorities to the batch's shard (if still connected), then the next request."""
+        if self.current is not None and learned is not None and learned.priorities is not None:
+            link, a = self.current
+            await self.links.send(link, wire.PriorityUpdate(arrays={
+                "index": np.asarray(a["index"]), "generation": np.asarray(a["generation"]),
+                "priority": np.asarray(learned.priorities, np.float64)}))
+        self.current = None
+        await self._request()
+
+    def target(self) -> Link | None:
+        """Which connected shard gets the next request."""
+        live = self.links.live()
+        if len(live) <= 1:
+            return live[0] if live else None
+        for link in live:
+            if link.credit <= 0:
+                return link
+        sizes = np.array([link.size for link in live], np.float64)
+        return live[int(self.rng.choice(len(live), p=sizes / sizes.sum()))]
+
+    async def _request(self) -> None:
+        link = self.target()
+        if link is not None and await self.links.send(link, wire.SampleRequest(credit=1)):
+            link.credit += 1
+
+    def drain(self) -> None:
+        self.draining = True
+
+    def metrics(self, r: str) -> dict:
+        return {f"{r}/fragments_dropped": 0, f"{r}/fragments_rejected": self.rejected,
+                f"{r}/shards": len(self.links)}

@@ -1,0 +1,167 @@
+"""The trainer: one algorithm, its observation statistics, version and env
+steps; it updates on batches, makes params messages and checkpoints, and drives
+the one learner loop that learners and gossip peers share:
+
+    batch = await feed.next(); learned = update(batch); await feed.done(learned)
+    then the owner's hook, publish when due, checkpoint when due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import wire
+from ..algos import make_algorithm
+from ..algos.base import Learned, Progress
+from ..checkpoint import load as load_checkpoint
+from ..checkpoint import policy_state, write_checkpoint
+from ..config import Job, dumps_job
+from ..envs import EnvSpec
+from ..normalize import RunningMeanStd
+from .state import TrainState
+
+Hook = Callable[[], Awaitable[None]]
+
+
+class Trainer:
+    """A learner's state and its update, params and checkpoint steps."""
+
+    def __init__(self, job: Job, spec: EnvSpec, checkpoint_dir: Path, log):
+        self.job, self.spec, self.log = job, spec, log
+        self.checkpoint_dir = checkpoint_dir
+        self.rms = RunningMeanStd(spec.obs_shape)
+        norm = job.environment.normalize_obs
+        # demonstrations are raw observations: they are normalised like the fragments
+        transform = (lambda x: self.rms.normalize(x, job.environment.clip_obs)) if norm else None
+        self.algo = make_algorithm(job, spec, job.training.device, obs_transform=transform)
+        self.state = TrainState()
+        self.rng = np.random.default_rng(job.experiment.seed)  # checkpointed: exact resume
+        self.returns: deque[float] = deque(maxlen=100)
+        self.last_metrics: dict[str, float] = {}
+        self.learn_s = 0.0
+        self.next_ckpt = job.checkpoint.interval_steps
+        self._resume()
+
+    # -- what fragments tell ------------------------------------------------------
+
+    def observe(self, arrays: dict[str, np.ndarray]) -> None:
+        """Every accepted fragment: its finished episodes and observation moments."""
+        if "ep_return" in arrays:
+            self.returns.extend(np.asarray(arrays["ep_return"], np.float64).tolist()[-100:])
+        if self.job.environment.normalize_obs and "rms_mean" in arrays:
+            with contextlib.suppress(KeyError, ValueError, IndexError):
+                self.rms.merge(arrays["rms_mean"], arrays["rms_var"],
+                               float(arrays["rms_count"][0]))
+
+    def mean_return(self) -> float:
+        return float(np.mean(self.returns)) if self.returns else 0.0
+
+    # -- updates and params -------------------------------------------------------
+
+    async def update(self, batch: dict[str, np.ndarray]) -> Learned:
+        """One update in a worker thread (heartbeats and receiving go on meanwhile)."""
+        steps, total = self.state.env_steps, self.job.training.total_timesteps
+        at = Progress(env_steps=steps, fraction=min(1.0, steps / total))
+        t0 = time.monotonic()
+        learned = await asyncio.to_thread(self.algo.learn, batch, at)
+        dt = time.monotonic() - t0
+        self.learn_s += dt
+        self.state.version += 1
+        self.last_metrics = learned.metrics
+        self.log.debug("updated", version=self.state.version, learn_s=round(dt, 4))
+        return learned
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What travels: the policy's arrays and, when normalising, the statistics
+        they were trained with."""
+        out = self.algo.policy_arrays()
+        if self.job.environment.normalize_obs:
+            out.update(self.rms.to_arrays())
+        return out
+
+    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take params from elsewhere (a gossip mix): a new version."""
+        self.algo.load_policy_arrays(arrays)
+        if self.job.environment.normalize_obs:
+            self.rms.load_arrays(arrays)
+        self.state.version += 1
+
+    def params(self, final: bool = False) -> wire.Params:
+        return wire.Params(version=self.state.version, env_steps=self.state.env_steps,
+                           final=final, arrays=self.arrays())
+
+    # -- the loop -----------------------------------------------------------------
+
+    async def run(self, feed, publish: Hook, after_update: Hook) -> None:
+        """Train until `training.total_timesteps` env steps; the feed decides where
+        batches come from, the hook what else happens after each update."""
+        T = self.job.training
+        while self.state.env_steps < T.total_timesteps:
+            batch = await feed.next()
+            if batch is None:
+                continue
+            learned = await self.update(batch) if T.learn else None  # learn=false: drain
+            await feed.done(learned)
+            if learned is None:
+                continue
+            await after_update()
+            if T.update_delay_s > 0:
+                await asyncio.sleep(T.update_delay_s)
+            if self.state.version % T.sync_interval_updates == 0:
+                await publish()
+            if self.state.env_steps >= self.next_ckpt:
+                interval = self.job.checkpoint.interval_steps
+                self.next_ckpt = (self.state.env_steps // interval + 1) * interval
+                await asyncio.to_thread(self.checkpoint)
+        feed.drain()
+
+    # -- checkpoints --------------------------------------------------------------
+
+    def _state(self) -> dict:
+        s = self.state
+        return {**policy_state(dumps_job(self.job), self.job.algorithm.name,
+                               self.algo.policy_arrays(), self.rms.to_arrays()),
+                "algo": self.algo.state_dict(), "env_steps": s.env_steps,
+                "version": s.version, "updates": self.algo.updates,
+                "torch_rng": torch.get_rng_state(),
+                "numpy_rng": json.dumps(self.rng.bit_generator.state)}
+
+    def checkpoint(self) -> None:
+        path = write_checkpoint(self.checkpoint_dir, self.state.env_steps, self._state(),
+                                self.job.checkpoint.keep)
+        self.log.info("checkpoint_saved", path=str(path), env_steps=self.state.env_steps,
+                      version=self.state.version)
+
+    def _resume(self) -> None:
+        path = self.checkpoint_dir / "latest.pt"
+        if not path.exists():
+            return
+        state = load_checkpoint(path, self.job.training.device)
+        self.algo.load_state_dict(state["algo"])
+        self.state.env_steps = int(state["env_steps"])
+        self.state.version = int(state["version"])
+        self.rms.load_arrays({k: v.numpy() for k, v in state["rms"].items()})
+        torch.set_rng_state(state["torch_rng"])
+        if "numpy_rng" in state:
+            self.rng.bit_generator.state = json.loads(state["numpy_rng"])
+        interval = self.job.checkpoint.interval_steps
+        self.next_ckpt = (self.state.env_steps // interval + 1) * interval
+        self.log.info("resumed", checkpoint=str(path), env_steps=self.state.env_steps,
+                      version=self.state.version, updates=self.algo.updates)
+
+    def metrics(self, r: str) -> dict:
+        out = {f"{r}/env_steps": self.state.env_steps, f"{r}/updates": self.algo.updates,
+               f"{r}/policy_version": self.state.version, f"{r}/learn_s": round(self.learn_s, 3)}
+        if self.returns:
+            out[f"{r}/episode_return_mean"] = round(self.mean_return(), 3)
+        out.update({k: round(float(v), 6) for k, v in self.last_metrics.items()})
+        return out

@@ -1,0 +1,84 @@
+"""Messages on sockets: send and receive one wire message, count the bad ones,
+and follow endpoints as members come and go. Used by roles and the learner's
+feeds alike."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+
+import zmq
+import zmq.asyncio
+
+from . import wire
+
+RECV_POLL_MS = 250
+_seq = itertools.count(1)
+
+
+class WireStats:
+    """Counts malformed messages; logs at most one line per sender per interval."""
+
+    def __init__(self, log, interval_s: float):
+        self.log = log
+        self.interval_s = interval_s
+        self.errors = 0
+        self._last: dict[str, float] = {}
+
+    def reject(self, sender: str, err: Exception) -> None:
+        self.errors += 1
+        now = time.monotonic()
+        if now - self._last.get(sender, -1e9) >= self.interval_s:
+            self._last[sender] = now
+            if len(self._last) > 10_000:  # bounded: forget the oldest senders
+                self._last.clear()
+            self.log.warning("message_rejected", sender=sender[:64], error=str(err)[:300],
+                             wire_errors=self.errors)
+
+
+async def send(sock: zmq.asyncio.Socket, msg: wire.Message, src: str,
+               prefix: list | None = None) -> None:
+    msg.src = src
+    msg.seq = next(_seq)
+    await sock.send_multipart((prefix or []) + wire.encode(msg), copy=False)
+
+
+async def recv(sock: zmq.asyncio.Socket, stats: WireStats, n_prefix: int = 0,
+               expect: tuple[type, ...] | None = None):
+    """Receive one message: (prefix frames, message) or (prefix, None) if it was bad."""
+    # poll with a timeout rather than block in recv: each poll re-reads the socket's
+    # events, so a wake-up lost on the edge-triggered fd (seen with inproc pipes that
+    # attach while a reader waits) costs at most one interval, never forever
+    while not await sock.poll(RECV_POLL_MS):
+        pass
+    frames = await sock.recv_multipart(copy=False)
+    prefix = frames[:n_prefix]
+    sender = prefix[0].bytes.hex() if prefix else "peer"
+    if len(frames) <= n_prefix:
+        stats.reject(sender, wire.WireError("no frames after the envelope"))
+        return prefix, None
+    try:
+        msg = wire.decode(frames[n_prefix:])
+    except wire.WireError as e:
+        stats.reject(sender, e)
+        return prefix, None
+    if expect is not None and not isinstance(msg, expect):
+        stats.reject(msg.src or sender, wire.WireError(f"unexpected kind {msg.KIND.name}"))
+        return prefix, None
+    return prefix, msg
+
+
+def reconnect(sock, current: dict[str, str], wanted: dict[str, str], log, what: str) -> None:
+    """Connect to endpoints that appeared, disconnect from those that left."""
+    for mid, ep in list(current.items()):
+        if wanted.get(mid) != ep:
+            with contextlib.suppress(zmq.ZMQError):
+                sock.disconnect(ep)
+            del current[mid]
+            log.info(f"{what}_disconnected", member=mid, endpoint=ep)
+    for mid, ep in wanted.items():
+        if ep and mid not in current:
+            sock.connect(ep)
+            current[mid] = ep
+            log.info(f"{what}_connected", member=mid, endpoint=ep)

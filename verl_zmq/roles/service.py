@@ -1,0 +1,152 @@
+"""Running a role: `serve` supervises its tasks in one `asyncio.TaskGroup`.
+
+A crash in any task is logged with its traceback and the process exits
+non-zero; SIGTERM/SIGINT (or a job-wide shutdown from the registry) stops it
+cleanly: it persists what it owns, deregisters, closes its sockets and exits 0.
+A role asked to stop that is not gone within the job's grace period reports
+where its tasks hang and exits hard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import signal
+import sys
+import threading
+import time
+
+from .base import Role, RoleRefused
+from .membership import RegistryClient
+
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
+
+
+class _Stop(Exception):
+    pass
+
+
+def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
+    """The exceptions inside (nested) groups: a role's own TaskGroup nests one more."""
+    out: list[BaseException] = []
+    for e in eg.exceptions:
+        out += _leaves(e) if isinstance(e, BaseExceptionGroup) else [e]
+    return out
+
+
+def task_stacks() -> list[str]:
+    """Where every asyncio task of this loop is waiting: for hung-role reports."""
+    out = []
+    for t in asyncio.all_tasks():
+        buf = io.StringIO()
+        t.print_stack(limit=6, file=buf)
+        out.append(buf.getvalue().strip())
+    return out
+
+
+def start_watchdog(role: Role) -> None:
+    """A role asked to stop must be gone within the job's grace period: if not,
+    report where its tasks hang and exit hard (no orphan waits on a stuck task)."""
+    grace = role.job.launch.grace_s
+    loop = asyncio.get_running_loop()
+
+    def watch() -> None:
+        time.sleep(grace)
+        try:
+            stacks = asyncio.run_coroutine_threadsafe(_stacks(), loop).result(1.0)
+        except Exception as e:  # the loop itself is stuck
+            stacks = [f"event loop unresponsive: {e!r}"]
+        role.log.error("stop_timed_out", grace_s=grace, tasks=stacks)
+        os._exit(EXIT_FAILED)
+
+    threading.Thread(target=watch, name="stop-watchdog", daemon=True).start()
+
+
+async def _stacks() -> list[str]:
+    return task_stacks()
+
+
+def _log_metrics(role: Role, **extra) -> None:
+    values = role.metrics()
+    values[f"{role.name}/wire_errors"] = role.wire_stats.errors
+    role.log.info("metrics", **values, **extra)
+
+
+async def _metrics_loop(role: Role) -> None:
+    interval = role.job.logging.interval_s
+    while True:
+        await asyncio.sleep(interval)
+        _log_metrics(role)
+
+
+async def _watch_stdin(role: Role) -> None:
+    """The launcher keeps our stdin open; EOF means our SSH session (or launcher) is gone."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while await reader.read(4096):
+        pass
+    role.request_stop("stdin_closed")
+
+
+async def _stopper(role: Role) -> None:
+    await role.stop_event.wait()
+    if role.ctx.extra.get("watchdog", True):  # from now on the stop has a deadline
+        start_watchdog(role)
+    raise _Stop()
+
+
+async def serve(role: Role, install_signals: bool = True) -> int:
+    """Run a role until it is stopped; return its exit code."""
+    ctx = role.ctx
+    loop = asyncio.get_running_loop()
+    if install_signals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, role.request_stop, signal.Signals(sig).name)
+        loop.add_signal_handler(signal.SIGUSR1, lambda: role.log.info(
+            "task_stacks", tasks=task_stacks()))
+    rc = EXIT_OK
+    ctx.transport.start_auth()
+    try:
+        await role.setup()
+        role.log.info("role_started", endpoints=role.endpoints, run_dir=str(ctx.run_dir),
+                      argv=sys.argv[1:] if install_signals else [])
+        if role.uses_registry:
+            role.registry_client = RegistryClient(role)
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(_stopper(role))
+            tg.create_task(role.run())
+            tg.create_task(_metrics_loop(role))
+            if role.registry_client is not None:
+                tg.create_task(role.registry_client.run())
+            if ctx.exit_on_stdin_eof:
+                tg.create_task(_watch_stdin(role))
+    except* _Stop:
+        pass
+    except* RoleRefused as eg:
+        role.log.error("registration_refused", error=str(eg.exceptions[0]))
+        rc = EXIT_REFUSED
+    except* Exception as eg:
+        for e in _leaves(eg):
+            role.log.error("task_failed", error=f"{type(e).__name__}: {e}", exc_info=e)
+            # one line on stderr too: the launcher's summary shows a role's last stderr lines
+            print(f"error: {role.id}: {type(e).__name__}: {str(e)[:500]}", file=sys.stderr,
+                  flush=True)
+            if isinstance(e, MemoryError):  # the runner names the role's memory limit
+                role.memory_error = e
+        rc = EXIT_FAILED
+    try:
+        await role.teardown()
+    except Exception as e:
+        role.log.error("teardown_failed", error=str(e), exc_info=e)
+        rc = rc or EXIT_FAILED
+    if role.registry_client is not None:
+        await role.registry_client.close()
+    with contextlib.suppress(Exception):  # the last counts, as the role stops
+        _log_metrics(role, final=True)
+    ctx.transport.close()
+    role.log.info("role_stopped", reason=role.stop_reason or "error", exit_code=rc,
+                  uptime_s=round(time.monotonic() - role.started, 3))
+    return rc

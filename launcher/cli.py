@@ -40,6 +40,21 @@ def run_name(job, overrides) -> str:
     return "+".join([job.experiment.name, *safe])
 
 
+def _run_folder(job, plan: Plan, overrides, resume, run_dir) -> tuple[Path, Plan]:
+    """Where the run goes, and its plan: a resumed run keeps the plan it had."""
+    if resume:
+        rd = Path(resume)
+        if not (rd / "plan.json").exists():
+            _bad(f"--resume {resume}: no plan.json in that folder")
+        return rd, Plan.from_json((rd / "plan.json").read_text(), job.registry_port)
+    rd = Path(run_dir) if run_dir else (Path(job.experiment.runs_dir) / run_name(job, overrides)
+                                        / time.strftime("%Y%m%d-%H%M%S"))
+    if (rd / "plan.json").exists():  # its checkpoints would be picked up silently
+        _bad(f"run folder {rd} already holds a run: continue it with --resume {rd}, "
+             f"or choose another --run-dir")
+    return rd, plan
+
+
 def print_plan(plan: Plan, job, run_dir: Path) -> None:
     rows = [(p.member_id, p.role, p.group, plan.host_of(p).address) for p in plan.placements]
     widths = [max(len(r[i]) for r in rows + [("member", "role", "group", "host")])
@@ -80,18 +95,7 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir):
         _bad(str(e))
     from verl_zmq.transport import curve_enabled
 
-    if resume:
-        rd = Path(resume)
-        if not (rd / "plan.json").exists():
-            _bad(f"--resume {resume}: no plan.json in that folder")
-        plan = Plan.from_json((rd / "plan.json").read_text(), job.registry_port)
-    else:
-        rd = Path(run_dir) if run_dir else (Path(job.experiment.runs_dir)
-                                            / run_name(job, overrides)
-                                            / time.strftime("%Y%m%d-%H%M%S"))
-        if (rd / "plan.json").exists():  # its checkpoints would be picked up silently
-            _bad(f"run folder {rd} already holds a run: continue it with --resume {rd}, "
-                 f"or choose another --run-dir")
+    rd, plan = _run_folder(job, plan, overrides, resume, run_dir)
     if dry_run:
         print_plan(plan, job, rd.resolve())
         return

@@ -36,6 +36,13 @@ def check_semantics(job: Job, source: str) -> None:
         ("evaluation.n_eval_episodes", job.evaluation.n_eval_episodes),
         ("checkpoint.interval_steps", job.checkpoint.interval_steps),
     ])
+    _check_launch(job, source)
+    _check_replay(job, source)
+    _check_algorithm(job, source)
+
+
+def _check_launch(job: Job, source: str) -> None:
+    lr = job.launch
     if len(lr.port_range) != 2 or not (1024 <= lr.port_range[0] < lr.port_range[1] <= 65535):
         raise ConfigError(
             f"{source}: launch.port_range: expected [low, high] with 1024 <= low < high <= "
@@ -58,10 +65,12 @@ def check_semantics(job: Job, source: str) -> None:
             f"{source}: security.curve: expected true, false or \"auto\", "
             f"got {job.security.curve!r}"
         )
+
+
+def _check_replay(job: Job, source: str) -> None:
     T = job.traits
-    on_policy = T.on_policy
     if job.replay.mode not in T.replay_modes:
-        kind = "on-policy" if on_policy else "off-policy"
+        kind = "on-policy" if T.on_policy else "off-policy"
         want = " or ".join(f'"{m}"' for m in T.replay_modes)
         raise ConfigError(f"{source}: replay.mode: {job.algorithm.name} is {kind} and needs "
                           f"{want}, got \"{job.replay.mode}\"")
@@ -77,15 +86,18 @@ def check_semantics(job: Job, source: str) -> None:
             f"{source}: replay.error_buffer: {R.error_buffer} would let the replay-ratio "
             f"limiter block sampling and inserting at once; use at least "
             f"max(1, replay.samples_per_insert) = {max(1.0, R.samples_per_insert)}")
+
+
+def _check_algorithm(job: Job, source: str) -> None:
     bc = job.algorithm.bc
-    if bc.demos and not T.learns_from_demos:
+    if bc.demos and not job.traits.learns_from_demos:
         raise ConfigError(f"{source}: algorithm.bc.demos: behaviour cloning is for ppo, dapo "
                           f"and sac, not {job.algorithm.name}")
     if bc.mixing_ratio < 0 or bc.decay_steps < 0 or bc.batch_size < 1:
         raise ConfigError(f"{source}: algorithm.bc: mixing_ratio and decay_steps must be >= 0 "
                           f"and batch_size >= 1")
     p = job.algorithm.params
-    if on_policy and p.minibatch_size > p.batch_size:
+    if job.traits.on_policy and p.minibatch_size > p.batch_size:
         raise ConfigError(
             f"{source}: algorithm.params.minibatch_size: {p.minibatch_size} is larger than "
             f"algorithm.params.batch_size {p.batch_size}"

@@ -77,6 +77,29 @@ class Collector:
         a, ex = self.algo.act(obs, env_steps=self.job_steps)
         return a, ex, self.version
 
+    def _step(self, a: np.ndarray, finished_ret: list, finished_len: list):
+        """One vector step: (valid, reward, terminated, truncated) as recorded, in
+        NEXT_STEP layout (the step after a done step only resets: invalid)."""
+        E = self.E
+        raw, r, te, tr, info = self.venv.step(self.algo.env_action(a))
+        ok = ~self.prev_done
+        if "dropped" in info:  # the envs failed and were made anew: drop their episodes
+            ok = np.zeros(E, bool)
+            te, tr = np.zeros(E, bool), np.zeros(E, bool)
+            self.ep_ret[:] = 0.0
+            self.ep_len[:] = 0
+        self.ep_ret += np.where(ok, r, 0.0)
+        self.ep_len += ok
+        for i in np.flatnonzero((te | tr) & ok):
+            finished_ret.append(self.ep_ret[i])
+            finished_len.append(self.ep_len[i])
+            self.ep_ret[i] = 0.0
+            self.ep_len[i] = 0
+        self.prev_done = te | tr
+        self.raw_obs = raw
+        self.steps += 1
+        return ok, np.where(ok, r, 0.0), te & ok, tr & ok
+
     def collect(self) -> tuple[dict[str, np.ndarray], int]:
         """One fragment: T steps x E envs. Returns (arrays, oldest policy version used)."""
         T, E = self.T, self.E
@@ -105,28 +128,8 @@ class Collector:
             actions[t] = a
             for k in self.algo.extras:
                 cols[k][t] = ex[k]
-            raw, r, te, tr, info = self.venv.step(self.algo.env_action(a))
-            ok = ~self.prev_done
-            if "dropped" in info:  # the envs failed and were made anew: drop their episodes
-                ok = np.zeros(E, bool)
-                te, tr = np.zeros(E, bool), np.zeros(E, bool)
-                self.ep_ret[:] = 0.0
-                self.ep_len[:] = 0
-            valid[t] = ok
-            cols["reward"][t] = np.where(ok, r, 0.0)
-            term[t] = te & ok
-            trunc[t] = tr & ok
-            self.ep_ret += np.where(ok, r, 0.0)
-            self.ep_len += ok
-            done = (te | tr) & ok
-            for i in np.flatnonzero(done):
-                finished_ret.append(self.ep_ret[i])
-                finished_len.append(self.ep_len[i])
-                self.ep_ret[i] = 0.0
-                self.ep_len[i] = 0
-            self.prev_done = te | tr
-            self.raw_obs = raw
-            self.steps += 1
+            valid[t], cols["reward"][t], term[t], trunc[t] = self._step(
+                a, finished_ret, finished_len)
         boot = self._obs(self.raw_obs)
         a, ex = self.algo.act(boot, env_steps=self.job_steps)
         self.cached = (a, ex, self.version)  # the next fragment's first action

@@ -63,7 +63,5 @@ def samples() -> list[wire.Message]:
         wire.Params(version=5, env_steps=1000, arrays=params_arrays(100_000)),
         wire.GossipHello(fingerprint="ab" * 32, reward=1.5, version=2, members=[member()]),
         wire.GossipParams(request=False, fingerprint="cd" * 32, arrays={"w": np.ones(4)}),
-        wire.Metrics(values={"sampler/env_steps_per_s": 1.0}),
         wire.Shutdown(reason="target_reached"),
-        wire.Error(error="bad request"),
     ]

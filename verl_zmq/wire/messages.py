@@ -85,9 +85,8 @@ class Kind(enum.IntEnum):
     PARAMS = 13
     GOSSIP_HELLO = 14
     GOSSIP_PARAMS = 15
-    METRICS = 16
+    # 16 (metrics) and 18 (error) were never sent: retired, never to be reused
     SHUTDOWN = 17
-    ERROR = 18
 
 
 @dataclass(kw_only=True)
@@ -267,14 +266,6 @@ class GossipParams(Message):
 
 
 @dataclass(kw_only=True)
-class Metrics(Message):
-    """Any role: a metrics sample (`role/name` keys)."""
-
-    KIND: ClassVar[Kind] = Kind.METRICS
-    values: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(kw_only=True)
 class Shutdown(Message):
     """Member -> registry -> everyone (PUB): stop the job cleanly, for `reason`."""
 
@@ -282,19 +273,10 @@ class Shutdown(Message):
     reason: str = ""
 
 
-@dataclass(kw_only=True)
-class Error(Message):
-    """A reply saying the request could not be served, and why."""
-
-    KIND: ClassVar[Kind] = Kind.ERROR
-    error: str = ""
-    arrays: Arrays = field(default_factory=dict)
-
-
 KINDS: dict[int, type[Message]] = {
     cls.KIND: cls
     for cls in (Register, RegisterReply, Heartbeat, HeartbeatReply, Deregister,
                 SnapshotRequest, MembershipSnapshot, MembershipDelta, Fragment,
                 SampleRequest, Batch, PriorityUpdate, Params, GossipHello, GossipParams,
-                Metrics, Shutdown, Error)
+                Shutdown)
 }

@@ -16,6 +16,7 @@ import torch
 from ..batch import bootstrap
 from ..nets import ActorCritic
 from .base import START, Algorithm, Learned, Progress
+from .vtrace import vtrace
 
 
 def compute_gae(reward: np.ndarray, value: np.ndarray, terminated: np.ndarray,
@@ -99,12 +100,40 @@ class PPO(Algorithm):
         c = self._schedule(self.params.clip_range, self.params.clip_schedule)
         return c, c
 
-    def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        """GAE, then flatten [T, N] to the valid steps as tensors."""
+    def _now(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The current network's log pi(a_t|x_t), V(x_t) and V(bootstrap obs)."""
+        T, N = batch["reward"].shape
+        with torch.no_grad():
+            obs = torch.as_tensor(np.asarray(batch["obs"]).reshape(T * N, -1),
+                                  dtype=torch.float32, device=self.device)
+            act = torch.as_tensor(np.asarray(batch["action"]).reshape(T * N, *np.shape(
+                batch["action"])[2:]), device=self.device)
+            logp = self.net.log_prob(self.net.dist(obs), act).reshape(T, N)
+            value = self.net.value(obs).reshape(T, N)
+            boot = self.net.value(torch.as_tensor(
+                np.asarray(batch[bootstrap("obs")]).reshape(N, -1), dtype=torch.float32,
+                device=self.device))
+        return logp.cpu().numpy(), value.cpu().numpy(), boot.cpu().numpy()
+
+    def advantages(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+        """(advantages, returns, values the value loss is clipped around): GAE from the
+        values samplers recorded or, with `vtrace`, V-trace from the current network's
+        log-probabilities and values (stale fragments are corrected, not dropped)."""
         p = self.params
-        adv, ret = compute_gae(batch["reward"], batch["value"], batch["terminated"],
-                               batch["truncated"], batch["valid"], batch[bootstrap("value")],
-                               p.gamma, p.gae_lambda)
+        if not getattr(p, "vtrace", False):
+            adv, ret = compute_gae(batch["reward"], batch["value"], batch["terminated"],
+                                   batch["truncated"], batch["valid"],
+                                   batch[bootstrap("value")], p.gamma, p.gae_lambda)
+            return adv, ret, batch["value"]
+        logp, value, boot = self._now(batch)
+        adv, ret = vtrace(batch["reward"], value, batch["terminated"], batch["truncated"],
+                          batch["valid"], boot, logp - batch["logp"], p.gamma,
+                          p.gae_lambda, p.vtrace_rho_bar, p.vtrace_c_bar)
+        return adv, ret, value
+
+    def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """Advantages and returns, then flatten [T, N] to the valid steps as tensors."""
+        adv, ret, value = self.advantages(batch)
         mask = batch["valid"].reshape(-1).astype(bool)
         T, N = batch["reward"].shape
         col = np.broadcast_to(np.arange(N), (T, N)).reshape(-1)
@@ -114,7 +143,7 @@ class PPO(Algorithm):
             return torch.as_tensor(x.reshape(T * N, *x.shape[2:])[mask], device=self.device)
 
         return {"obs": flat(batch["obs"]).float(), "action": flat(batch["action"]),
-                "logp": flat(batch["logp"]).float(), "value": flat(batch["value"]).float(),
+                "logp": flat(batch["logp"]).float(), "value": flat(value).float(),
                 "adv": flat(adv), "ret": flat(ret),
                 "column": torch.as_tensor(col[mask], device=self.device)}
 

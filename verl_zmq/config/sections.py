@@ -85,6 +85,9 @@ class PPOParams:
     max_grad_norm: float = 0.5
     normalize_advantage: bool = True
     target_kl: float = 0.0  # 0: no early stop on KL
+    vtrace: bool = False  # V-trace targets and advantages: stale fragments are corrected
+    vtrace_rho_bar: float = 1.0  # truncation of the importance weights in the targets/PG
+    vtrace_c_bar: float = 1.0  # truncation of the trace-cutting coefficients
 
 
 @dataclass(frozen=True)

@@ -67,3 +67,24 @@ def test_pendulum_ppo_runs_in_one_process(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     evs = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     assert any(e.get("event") == "evaluated" and e["eval/return_mean"] < 0 for e in evs)
+
+
+def test_samplers_explore_apart_from_identical_weights():
+    import torch
+
+    from verl_zmq.specs import acting_seeds
+
+    seeds = {acting_seeds(0, g, i) for g in ("main", "peer0", "peer1") for i in range(8)}
+    assert len(seeds) == 24 and acting_seeds(0, "main", 3) == acting_seeds(0, "main", 3)
+    job = load_job(CONFIGS / "cartpole_dqn.toml", ["algorithm.params.eps_start=1.0"])
+    spec = env_spec(job.environment)
+    algos = []
+    for i in range(2):
+        torch.manual_seed(job.experiment.seed)  # as a sampler does: the job's weights
+        algos.append(make_algorithm(job, spec, worker=(i, 2),
+                                    acting_seed=acting_seeds(0, "main", i)[1]))
+    for k, v in algos[0].policy_arrays().items():
+        np.testing.assert_array_equal(v, algos[1].policy_arrays()[k])
+    obs = np.zeros((256, 4), np.float32)
+    a0, a1 = (a.act(obs)[0] for a in algos)  # epsilon 1: all random, drawn apart
+    assert (a0 != a1).mean() > 0.3

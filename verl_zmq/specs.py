@@ -3,7 +3,10 @@ launcher plans with it."""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
+
+import numpy as np
 
 from .config import Job
 
@@ -43,3 +46,12 @@ def index_of(member_id: str) -> int:
     """`sampler-3` -> 3: the index that seeds envs and picks exploration."""
     tail = member_id.rsplit("-", 1)[-1]
     return int(tail) if tail.isdigit() else 0
+
+
+def acting_seeds(job_seed: int, group: str, index: int) -> tuple[int, int]:
+    """(torch seed, numpy seed) of one sampler's action noise: distinct for every
+    (job seed, group, worker index), so samplers never explore in lock-step (the
+    networks' initial weights come from the job seed alone, identical everywhere)."""
+    ss = np.random.SeedSequence([job_seed, zlib.crc32(group.encode()), index])
+    t, n = ss.generate_state(2, dtype=np.uint32)
+    return int(t), int(n)

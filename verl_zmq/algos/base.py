@@ -65,7 +65,8 @@ class Algorithm(ABC):
     state_attrs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, job: Job, spec: EnvSpec, device: str = "cpu",
-                 worker: tuple[int, int] = (0, 1), obs_transform: ObsTransform | None = None):
+                 worker: tuple[int, int] = (0, 1), obs_transform: ObsTransform | None = None,
+                 acting_seed: int | None = None):
         self.job = job
         self.spec = spec
         self.params = job.algorithm.params
@@ -73,6 +74,10 @@ class Algorithm(ABC):
         self.updates = 0
         self.worker_index, self.num_workers = worker  # the sampler this copy acts for
         self.obs_transform = obs_transform  # raw observations -> what the networks take
+        # exploration noise drawn in numpy (epsilon-greedy, random warm-up actions): a
+        # sampler passes its own seed, so samplers do not explore in lock-step
+        self.rng = np.random.default_rng(job.experiment.seed if acting_seed is None
+                                         else acting_seed)
         self._bc = None
 
     @property

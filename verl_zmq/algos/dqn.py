@@ -68,7 +68,6 @@ class DQN(Algorithm):
         self.q = QNet(spec, job.algorithm.policy).to(self.device)
         self.target = copy.deepcopy(self.q).requires_grad_(False)
         self.opt = torch.optim.Adam(self.q.parameters(), lr=self.params.learning_rate)
-        self.rng = np.random.default_rng(job.experiment.seed)
 
     def policy_module(self) -> torch.nn.Module:
         return self.q

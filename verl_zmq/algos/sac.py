@@ -98,7 +98,6 @@ class SAC(Algorithm):
         self.target_entropy = p.target_entropy or -float(spec.n_actions)
         self.low = np.array(spec.action_low, np.float32)
         self.high = np.array(spec.action_high, np.float32)
-        self.rng = np.random.default_rng(job.experiment.seed)
 
     def policy_module(self) -> torch.nn.Module:
         return self.actor

@@ -22,6 +22,7 @@ from ..algos import make_algorithm
 from ..batch import bootstrap
 from ..envs import env_spec, make_vector_env
 from ..normalize import RunningMeanStd, moments
+from ..specs import acting_seeds
 from .base import Role, reconnect, recv, send
 
 
@@ -154,11 +155,15 @@ class SamplerRole(Role):
         torch.set_num_threads(self.job.resources.sampler.cpu or self.job.sampling.torch_threads)
         torch.manual_seed(self.job.experiment.seed)  # same initial weights as the learner
         spec = env_spec(self.job.environment)
-        self.algo = make_algorithm(self.job, spec,
+        torch_seed, np_seed = acting_seeds(self.job.experiment.seed, self.ctx.group,
+                                           self.ctx.index)
+        self.algo = make_algorithm(self.job, spec, acting_seed=np_seed,
                                    worker=(self.ctx.index, self.job.sampling.num_workers))
+        torch.manual_seed(torch_seed)  # after the weights: this sampler's own action noise
         venv, seeds = make_vector_env(self.job.environment, self.job.sampling.num_envs_per_worker,
                                       self.job.experiment.seed, self.ctx.index + 1)
         self.collector = Collector(self.job, self.algo, venv, seeds)
+        self.log.info("sampler_seeds", torch_seed=torch_seed, numpy_seed=np_seed, env_seeds=seeds)
         t = self.ctx.transport
         self.push = t.connect(zmq.PUSH, hwm=2)
         self.sub = t.connect(zmq.SUB, hwm=4)

@@ -23,6 +23,7 @@ every peer has an evaluation at or above the target, against PPO's first.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -237,6 +238,9 @@ def main() -> None:
         bench(args.seeds, args.target if args.target is not None else 475.0)
         return
     cfg = ZOO[args.bench]
+    if importlib.util.find_spec("stable_baselines3") is None:
+        sys.exit("bench_learning: Stable-Baselines3 is not installed; it is the `bench` "
+                 "extra:\n    pip install -e '.[bench]'")
     args.target = args.target if args.target is not None else cfg.get("target", 475.0)
     print(f"{'who':<6}{'seed':>5}{'s to target':>13}{'process s':>11}{'steps':>10}{'best':>8}")
     for seed in args.seeds:

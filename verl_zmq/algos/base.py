@@ -61,6 +61,7 @@ class Algorithm(ABC):
     """One RL algorithm: networks, acting, learning, state."""
 
     name: ClassVar[str]
+    ready: ClassVar[bool] = True  # holds weights to act with (from its initialisation)
     # attributes a checkpoint holds: modules and optimisers (state_dict), or tensors
     state_attrs: ClassVar[tuple[str, ...]] = ()
 

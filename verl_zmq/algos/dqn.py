@@ -18,6 +18,7 @@ from torch import nn
 
 from ..nets import mlp, obs_dim
 from .base import START, Algorithm, Learned, Progress
+from .exploration import apex_priorities, epsilon
 
 
 class QNet(nn.Module):
@@ -76,12 +77,7 @@ class DQN(Algorithm):
         return self.q, "argmax"
 
     def epsilon(self, env_steps: int = 0) -> float:
-        p = self.params
-        if p.exploration == "apex":
-            i, n = self.worker_index, self.num_workers
-            return p.apex_eps ** (1 + p.apex_alpha * i / (n - 1)) if n > 1 else p.apex_eps
-        frac = min(1.0, env_steps / max(1, p.eps_decay_steps))
-        return p.eps_start + frac * (p.eps_end - p.eps_start)
+        return epsilon(self.params, self.worker_index, self.num_workers, env_steps)
 
     def act(self, obs, deterministic=False, env_steps=0):
         with torch.no_grad():
@@ -95,15 +91,8 @@ class DQN(Algorithm):
                                     "q_max": qn.max(-1).astype(np.float32)}
 
     def finish_fragment(self, arrays):
-        """Ape-X: each step's initial priority |n-step TD error| from the Q-values
-        recorded while acting, so new transitions need no extra forward pass."""
-        from ..replay.transitions import after, windows
-
-        ti, ei, ki, ret, disc = windows(arrays, self.params.gamma, self.params.n_step)
-        td = ret + disc * after(arrays, "q_max")[ki, ei] - arrays["q_taken"][ti, ei]
-        prio = np.zeros(arrays["reward"].shape, np.float32)
-        prio[ti, ei] = np.abs(td)
-        return {"priority": prio}
+        """Ape-X initial priorities from the Q-values recorded while acting."""
+        return {"priority": apex_priorities(arrays, self.params.gamma, self.params.n_step)}
 
     def learn(self, batch, at: Progress = START):
         p = self.params

@@ -18,6 +18,10 @@ class Traits:
     extras: tuple[str, ...] = ()  # per-step columns samplers record (and bootstrap_<k>)
     decentralised: bool = False  # gossip peers, no central learner
     learns_from_demos: bool = False  # [algorithm.bc] applies
+    # which numpy policy a sampler may act with (actors.py): "pg" (categorical or
+    # Gaussian, with value), "q" (epsilon-greedy Q), "squashed" (tanh Gaussian); ""
+    # for none: samplers act with torch
+    numpy_actor: str = ""
 
     @property
     def replay_modes(self) -> tuple[str, ...]:
@@ -25,12 +29,13 @@ class Traits:
 
 
 TRAITS: dict[str, Traits] = {
-    "ppo": Traits(on_policy=True, extras=("logp", "value"), learns_from_demos=True),
+    "ppo": Traits(on_policy=True, extras=("logp", "value"), learns_from_demos=True,
+                  numpy_actor="pg"),
     "dapo": Traits(on_policy=True, extras=("logp", "value"), decentralised=True,
-                   learns_from_demos=True),
+                   learns_from_demos=True, numpy_actor="pg"),
     # Q(s, a) and max_a Q(s, a) at acting time: initial priorities (Ape-X)
-    "dqn": Traits(on_policy=False, extras=("q_taken", "q_max")),
-    "sac": Traits(on_policy=False, learns_from_demos=True),
+    "dqn": Traits(on_policy=False, extras=("q_taken", "q_max"), numpy_actor="q"),
+    "sac": Traits(on_policy=False, learns_from_demos=True, numpy_actor="squashed"),
 }
 
 

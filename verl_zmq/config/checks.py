@@ -89,6 +89,9 @@ def _check_replay(job: Job, source: str) -> None:
 
 
 def _check_algorithm(job: Job, source: str) -> None:
+    if job.sampling.inference == "numpy" and not job.traits.numpy_actor:
+        raise ConfigError(f"{source}: sampling.inference: {job.algorithm.name} has no numpy "
+                          f"policy; use \"auto\" or \"torch\"")
     bc = job.algorithm.bc
     if bc.demos and not job.traits.learns_from_demos:
         raise ConfigError(f"{source}: algorithm.bc.demos: behaviour cloning is for ppo, dapo "

@@ -47,6 +47,8 @@ class Sampling:
     sync_interval_steps: int = 20  # swap in new params at most every this many env steps
     max_fragments_ahead: int = 2  # async: fragments shipped per policy version before waiting
     torch_threads: int = 1  # torch threads per sampler (resources.sampler.cpu wins)
+    # the policy copy: numpy for the built-in MLPs (no torch in samplers), or torch
+    inference: Literal["auto", "numpy", "torch"] = "auto"
 
 
 @dataclass(frozen=True)

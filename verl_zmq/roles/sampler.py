@@ -14,11 +14,10 @@ import time
 from collections import deque
 
 import numpy as np
-import torch
 import zmq
 
 from .. import wire
-from ..algos import make_algorithm
+from ..actors import make_actor
 from ..batch import bootstrap
 from ..envs import env_spec, make_vector_env
 from ..normalize import RunningMeanStd, moments
@@ -54,9 +53,10 @@ class Collector:
         return self.rms.normalize(raw, self.job.environment.clip_obs) if self.norm \
             else raw.astype(np.float32, copy=False)
 
-    def _maybe_swap(self) -> None:
+    def swap(self) -> None:
+        """Load params that arrived, if they are new (or the first)."""
         pending, self.pending = self.pending, None
-        if pending is None or pending[0] == self.version:
+        if pending is None or (pending[0] == self.version and self.algo.ready):
             return
         version, arrays = pending
         try:
@@ -117,7 +117,7 @@ class Collector:
         sync_every = max(1, self.job.sampling.sync_interval_steps // E)  # in vector steps
         for t in range(T):
             if t == 0 or self.steps % sync_every == 0:
-                self._maybe_swap()
+                self.swap()
             o = self._obs(self.raw_obs)
             obs[t] = o
             if raw_all is not None:
@@ -152,18 +152,16 @@ class SamplerRole(Role):
     name = "sampler"
 
     async def setup(self) -> None:
-        torch.set_num_threads(self.job.resources.sampler.cpu or self.job.sampling.torch_threads)
-        torch.manual_seed(self.job.experiment.seed)  # same initial weights as the learner
         spec = env_spec(self.job.environment)
         torch_seed, np_seed = acting_seeds(self.job.experiment.seed, self.ctx.group,
                                            self.ctx.index)
-        self.algo = make_algorithm(self.job, spec, acting_seed=np_seed,
-                                   worker=(self.ctx.index, self.job.sampling.num_workers))
-        torch.manual_seed(torch_seed)  # after the weights: this sampler's own action noise
+        self.algo = make_actor(self.job, spec, (self.ctx.index, self.job.sampling.num_workers),
+                               (torch_seed, np_seed))
         venv, seeds = make_vector_env(self.job.environment, self.job.sampling.num_envs_per_worker,
                                       self.job.experiment.seed, self.ctx.index + 1)
         self.collector = Collector(self.job, self.algo, venv, seeds)
-        self.log.info("sampler_seeds", torch_seed=torch_seed, numpy_seed=np_seed, env_seeds=seeds)
+        self.log.info("sampler_seeds", torch_seed=torch_seed, numpy_seed=np_seed, env_seeds=seeds,
+                      inference=type(self.algo).__name__)
         t = self.ctx.transport
         self.push = t.connect(zmq.PUSH, hwm=2)
         self.sub = t.connect(zmq.SUB, hwm=4)
@@ -198,7 +196,8 @@ class SamplerRole(Role):
         while True:
             _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
             # any other version: a learner restarted without a checkpoint counts from 0 again
-            if msg is not None and msg.version != self.collector.version:
+            c = self.collector
+            if msg is not None and (msg.version != c.version or not self.algo.ready):
                 self.collector.pending = (msg.version, msg.arrays)
                 self.new_params.set()
 
@@ -219,6 +218,11 @@ class SamplerRole(Role):
         ahead = 1 if S.mode == "sync" else S.max_fragments_ahead
         timeout = self.job.launch.heartbeat_interval_s * self.job.launch.heartbeat_liveness * 2
         shipped, last_version = 0, None
+        while not self.algo.ready:  # a numpy policy has no weights until the first params
+            if self.collector.pending is None:
+                self.new_params.clear()
+                await self.new_params.wait()
+            self.collector.swap()
         self.log.info("sampling_started", envs=self.collector.E,
                       fragment_length=self.collector.T)
         while True:

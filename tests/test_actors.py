@@ -1,0 +1,95 @@
+"""The samplers' numpy policies against the torch algorithms they stand for:
+same params arrays, same deterministic actions, log-probabilities, values and
+Q-values; sampled actions carry their own log-probabilities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import CONFIGS
+from verl_zmq.actors import NumpyActor, make_actor
+from verl_zmq.algos import make_algorithm
+from verl_zmq.config import load_job
+from verl_zmq.envs import env_spec
+
+CASES = {
+    "ppo-discrete": ("cartpole_ppo.toml", []),
+    "ppo-gaussian": ("cartpole_ppo.toml", ['environment.id="Pendulum-v1"',
+                                           "algorithm.policy.log_std_init=-0.5"]),
+    "dapo": ("cartpole_dapo.toml", []),
+    "dqn": ("cartpole_dqn.toml", ["algorithm.policy.dueling=false"]),
+    "dqn-dueling": ("cartpole_dqn.toml", ["algorithm.policy.dueling=true"]),
+    "sac": ("pendulum_sac.toml", []),
+}
+
+
+def _pair(name):
+    job_file, over = CASES[name]
+    job = load_job(CONFIGS / job_file, over)
+    spec = env_spec(job.environment)
+    torch.manual_seed(3)
+    algo = make_algorithm(job, spec)
+    with torch.no_grad():  # not the init: biases and log_std away from zero too
+        for p in algo.policy_module().parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    actor = NumpyActor(job, spec)
+    assert not actor.ready
+    actor.load_policy_arrays(algo.policy_arrays())
+    obs = np.random.default_rng(0).standard_normal((64, *spec.obs_shape)).astype(np.float32)
+    return job, spec, algo, actor, obs
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_numpy_and_torch_policies_agree(name):
+    job, spec, algo, actor, obs = _pair(name)
+    a_np, ex_np = actor.act(obs, deterministic=True, env_steps=10**9)
+    a_t, ex_t = algo.act(obs, deterministic=True, env_steps=10**9)
+    np.testing.assert_allclose(a_np, a_t, rtol=1e-4, atol=1e-5)
+    assert set(ex_np) == set(ex_t) == set(job.traits.extras)
+    for k in ex_t:
+        np.testing.assert_allclose(ex_np[k], ex_t[k], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(actor.env_action(a_np), algo.env_action(a_t), rtol=1e-4,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["ppo-discrete", "ppo-gaussian", "dapo"])
+def test_sampled_actions_carry_their_torch_log_probabilities(name):
+    _, spec, algo, actor, obs = _pair(name)
+    a, ex = actor.act(obs)
+    with torch.no_grad():
+        d = algo.net.dist(torch.as_tensor(obs))
+        want = algo.net.log_prob(d, torch.as_tensor(a)).numpy()
+    np.testing.assert_allclose(ex["logp"], want, rtol=1e-4, atol=1e-4)
+    if spec.discrete:  # both actions drawn, with about the policy's frequencies
+        big = np.repeat(obs[:1], 4000, axis=0)
+        p1 = torch.softmax(algo.net.pi(torch.as_tensor(obs[:1])), -1)[0, 1].item()
+        assert abs((actor.act(big)[0] == 1).mean() - p1) < 0.05
+
+
+def test_dqn_actor_explores_and_records_apex_priorities():
+    job, spec, algo, actor, obs = _pair("dqn")
+    assert actor.epsilon(0) == algo.epsilon(0) and actor.epsilon(10**9) == algo.epsilon(10**9)
+    T, E = 8, 2
+    frag = {"reward": np.ones((T, E), np.float32), "terminated": np.zeros((T, E), bool),
+            "truncated": np.zeros((T, E), bool), "valid": np.ones((T, E), bool),
+            "q_taken": np.full((T, E), 2.0, np.float32), "q_max": np.full((T, E), 3.0, np.float32),
+            "bootstrap_q_max": np.full(E, 3.0, np.float32),
+            "bootstrap_q_taken": np.zeros(E, np.float32)}
+    np.testing.assert_allclose(actor.finish_fragment(frag)["priority"],
+                               algo.finish_fragment(frag)["priority"])
+
+
+def test_the_job_chooses_numpy_or_torch():
+    job = load_job(CONFIGS / "cartpole_ppo.toml")
+    spec = env_spec(job.environment)
+    assert isinstance(make_actor(job, spec, (0, 1), (1, 2)), NumpyActor)
+    job = load_job(CONFIGS / "cartpole_ppo.toml", ['sampling.inference="torch"'])
+    assert not isinstance(make_actor(job, spec, (0, 1), (1, 2)), NumpyActor)
+
+
+def test_params_that_do_not_fit_are_refused():
+    _, _, _, actor, _ = _pair("ppo-discrete")
+    with pytest.raises(ValueError):
+        actor.load_policy_arrays({"pi.0.weight": np.zeros((64, 7), np.float32)})

@@ -1,0 +1,178 @@
+"""Acting without torch: numpy forward passes of the built-in MLP policies.
+
+A sampler only needs a policy's forward pass, and for the small MLPs the
+built-in algorithms use numpy is quicker than torch per call (no dispatch
+overhead) and imports in a fraction of the time, so a sampler starts in about a
+second. `make_actor` gives a sampler a `NumpyActor` for ppo, dapo, dqn and sac
+with `sampling.inference = "auto"` or `"numpy"`, and the torch algorithm
+otherwise (the general path: any network). Both read the same params arrays
+(the torch modules' state_dict names) and give the same actions,
+log-probabilities and values (`tests/test_actors.py`). A numpy actor holds no
+weights until the first params arrive from its learner.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from .algos.exploration import apex_priorities, epsilon
+from .envs import EnvSpec
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # as SAC's SquashedGaussian
+_ACT = {"tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0)}
+
+
+def mlp(arrays: dict[str, np.ndarray], prefix: str, x: np.ndarray, activation: str) -> np.ndarray:
+    """An nn.Sequential of Linear layers (at even indices) with `activation` between."""
+    idx = sorted(int(m.group(1)) for k in arrays
+                 if (m := re.fullmatch(rf"{re.escape(prefix)}\.(\d+)\.weight", k)))
+    act = _ACT[activation]
+    for n, i in enumerate(idx):
+        x = x @ arrays[f"{prefix}.{i}.weight"].T + arrays[f"{prefix}.{i}.bias"]
+        if n + 1 < len(idx):
+            x = act(x)
+    return x
+
+
+def log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def gaussian_logp(a: np.ndarray, mu: np.ndarray, log_std: np.ndarray) -> np.ndarray:
+    return (-0.5 * ((a - mu) / np.exp(log_std)) ** 2 - log_std
+            - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+class NumpyActor:
+    """What a sampler needs of an algorithm (`act`, `env_action`, `extras`,
+    `load_policy_arrays`, `finish_fragment`), for one built-in algorithm."""
+
+    def __init__(self, job, spec: EnvSpec, worker: tuple[int, int] = (0, 1),
+                 acting_seed: int | None = None):
+        self.job, self.spec = job, spec
+        self.kind = job.traits.numpy_actor
+        if not self.kind:
+            raise ValueError(f"sampling.inference: no numpy policy for {job.algorithm.name}; "
+                             f"use \"torch\" or \"auto\"")
+        self.params = job.algorithm.params
+        self.policy = job.algorithm.policy
+        self.extras = job.traits.extras
+        self.worker_index, self.num_workers = worker
+        self.rng = np.random.default_rng(job.experiment.seed if acting_seed is None
+                                         else acting_seed)
+        self.arrays: dict[str, np.ndarray] | None = None  # none until the first params
+        if not spec.discrete:
+            self.low = np.array(spec.action_low, np.float32)
+            self.high = np.array(spec.action_high, np.float32)
+
+    @property
+    def ready(self) -> bool:
+        return self.arrays is not None
+
+    def load_policy_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take published params; ValueError when they lack what this policy reads."""
+        own = {k: np.asarray(v, np.float32) for k, v in arrays.items()
+               if not k.startswith("obs_rms/")}
+        need = {"pg": "pi.0.weight", "squashed": "net.0.weight",
+                "q": "trunk.0.weight" if self.policy.dueling else "q.0.weight"}[self.kind]
+        if need not in own or own[need].shape[1] != int(np.prod(self.spec.obs_shape)):
+            raise ValueError(f"params lack {need} for {self.spec.obs_shape} observations")
+        self.arrays = own
+
+    # -- acting -------------------------------------------------------------------
+
+    def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0):
+        x = np.asarray(obs, np.float32).reshape(len(obs), -1)
+        if self.kind == "pg":
+            return self._act_pg(x, deterministic)
+        if self.kind == "q":
+            return self._act_q(x, deterministic, env_steps)
+        return self._act_sac(x, deterministic, env_steps)
+
+    def value(self, x: np.ndarray) -> np.ndarray:
+        return mlp(self.arrays, "v", x, self.policy.activation)[:, 0]
+
+    def _act_pg(self, x: np.ndarray, deterministic: bool):
+        out = mlp(self.arrays, "pi", x, self.policy.activation)
+        if self.spec.discrete:
+            lp = log_softmax(out)
+            if deterministic:
+                a = lp.argmax(-1)
+            else:  # inverse CDF, one uniform per row
+                cdf = np.exp(lp).cumsum(-1)
+                u = self.rng.random((len(x), 1)) * cdf[:, -1:]
+                a = np.minimum((cdf < u).sum(-1), lp.shape[1] - 1)
+            logp = lp[np.arange(len(x)), a]
+            a = a.astype(np.int64)
+        else:
+            log_std = np.broadcast_to(self.arrays["log_std"], out.shape)
+            a = out if deterministic else out + np.exp(log_std) * self.rng.standard_normal(
+                out.shape, dtype=np.float32)
+            a = a.astype(np.float32)
+            logp = gaussian_logp(a, out, log_std)
+        return a, {"logp": logp.astype(np.float32), "value": self.value(x).astype(np.float32)}
+
+    def q_values(self, x: np.ndarray) -> np.ndarray:
+        A = self.arrays
+        if not self.policy.dueling:
+            return mlp(A, "q", x, self.policy.activation)
+        h = _ACT[self.policy.activation](mlp(A, "trunk", x, self.policy.activation))
+        v = h @ A["value.weight"].T + A["value.bias"]
+        adv = h @ A["adv.weight"].T + A["adv.bias"]
+        return v + adv - adv.mean(-1, keepdims=True)
+
+    def epsilon(self, env_steps: int = 0) -> float:
+        return epsilon(self.params, self.worker_index, self.num_workers, env_steps)
+
+    def _act_q(self, x: np.ndarray, deterministic: bool, env_steps: int):
+        q = self.q_values(x)
+        a = q.argmax(-1)
+        if not deterministic:
+            explore = self.rng.random(len(a)) < self.epsilon(env_steps)
+            a = np.where(explore, self.rng.integers(0, self.spec.n_actions, len(a)), a)
+        return a.astype(np.int64), {"q_taken": q[np.arange(len(a)), a].astype(np.float32),
+                                    "q_max": q.max(-1).astype(np.float32)}
+
+    def _act_sac(self, x: np.ndarray, deterministic: bool, env_steps: int):
+        n = self.spec.n_actions
+        if not deterministic and env_steps < self.params.learning_starts:
+            return self.rng.uniform(-1, 1, (len(x), n)).astype(np.float32), {}
+        out = mlp(self.arrays, "net", x, "relu")
+        mu, log_std = out[:, :n], np.clip(out[:, n:], LOG_STD_MIN, LOG_STD_MAX)
+        u = mu if deterministic else mu + np.exp(log_std) * self.rng.standard_normal(mu.shape)
+        return np.tanh(u).astype(np.float32), {}
+
+    def env_action(self, action: np.ndarray) -> np.ndarray:
+        if self.spec.discrete:
+            return action
+        if self.kind == "squashed":
+            return self.low + (np.clip(action, -1, 1) + 1.0) * 0.5 * (self.high - self.low)
+        return np.clip(action, self.low, self.high)
+
+    def finish_fragment(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.kind != "q":
+            return {}
+        return {"priority": apex_priorities(arrays, self.params.gamma, self.params.n_step)}
+
+
+def make_actor(job, spec: EnvSpec, worker: tuple[int, int], seeds: tuple[int, int]):
+    """A sampler's policy copy: numpy for the built-in MLPs when the job allows it,
+    else the torch algorithm (its initial weights from the job seed, as the
+    learner's)."""
+    torch_seed, acting_seed = seeds
+    how = job.sampling.inference
+    if how == "numpy" or (how == "auto" and job.traits.numpy_actor):
+        return NumpyActor(job, spec, worker, acting_seed)
+    import torch  # only samplers that act with torch pay for importing it
+
+    from .algos import make_algorithm
+
+    torch.set_num_threads(job.resources.sampler.cpu or job.sampling.torch_threads)
+    torch.manual_seed(job.experiment.seed)  # the learner's initial weights
+    algo = make_algorithm(job, spec, worker=worker, acting_seed=acting_seed)
+    torch.manual_seed(torch_seed)  # after the weights: this sampler's own action noise
+    return algo

@@ -74,6 +74,8 @@ def test_who_may_import_what():
         "verl_zmq.wire": ("verl_zmq.roles", "torch", "zmq"),
         "verl_zmq.config": ("verl_zmq.roles", "torch", "zmq"),
         "verl_zmq.batch": ("torch", "zmq", "verl_zmq.roles"),
+        "verl_zmq.algos.exploration": ("torch",),
+        "verl_zmq.algos.traits": ("torch",),
     }
     bad = []
     for p in _sources():
@@ -113,9 +115,10 @@ def test_no_import_circles_between_modules():
     assert not circles, circles
 
 
-def test_the_registry_and_replay_shards_import_no_torch():
+def test_the_registry_shards_samplers_and_launcher_import_no_torch():
     code = ("import sys; import verl_zmq.roles.registry, verl_zmq.roles.replay, "
-            "verl_zmq.roles.service; print('torch' in sys.modules)")
+            "verl_zmq.roles.sampler, verl_zmq.roles.service, launcher.cli; "
+            "print('torch' in sys.modules)")
     r = subprocess.run([PY, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr
     assert sys.executable

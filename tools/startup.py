@@ -1,0 +1,62 @@
+#!/usr/bin/env python
+"""Time to the first env step: from starting `verl-launch` to the first
+`sampling_started` event in any sampler's log, for the main job, with the
+samplers acting in numpy (the default) and in torch, launches alternating in
+one invocation. Also: when the learner's role started (it imports torch).
+
+    python tools/startup.py [--launches 5] [--job configs/cartpole_ppo.toml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from _jobs import ROOT, events, sampling_start, start, stop
+
+ARMS = {"numpy": ['sampling.inference="numpy"'], "torch": ['sampling.inference="torch"']}
+
+
+def first(run: Path, member: str, event: str) -> float | None:
+    ts = [e["ts"] for e in events(run / "logs" / f"{member}.jsonl") if e.get("event") == event]
+    return min(ts) if ts else None
+
+
+def one(job: str, extra: list[str], deadline_s: float = 120.0) -> tuple[float | None, ...]:
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        t0 = time.time()
+        p = start(job, run, ["launch.evaluators=1", *extra])
+        try:
+            while time.time() - t0 < deadline_s and sampling_start(run) is None:
+                time.sleep(0.1)
+            s = sampling_start(run)
+            learner = first(run, "learner-0", "role_started")
+        finally:
+            stop(p)
+    return (s - t0 if s else None), (learner - t0 if learner else None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--launches", type=int, default=5)
+    ap.add_argument("--job", default=str(ROOT / "configs" / "cartpole_ppo.toml"))
+    args = ap.parse_args()
+    got: dict[str, list[float]] = {a: [] for a in ARMS}
+    print(f"{'launch':>6}{'samplers':>10}{'first env step s':>18}{'learner up s':>14}")
+    for i in range(args.launches):
+        for arm, extra in ARMS.items():
+            s, learner = one(args.job, extra)
+            got[arm].append(s if s is not None else float("inf"))
+            print(f"{i:>6}{arm:>10}{s if s is not None else float('nan'):>18.2f}"
+                  f"{learner if learner is not None else float('nan'):>14.2f}", flush=True)
+    med = {a: statistics.median(v) for a, v in got.items()}
+    print(f"\nmedian first env step: numpy {med['numpy']:.2f} s, torch {med['torch']:.2f} s; "
+          f"ratio numpy/torch {med['numpy'] / med['torch']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from .algos.exploration import apex_priorities, epsilon
+from .algos.exploration import apex_priorities, epsilon, epsilon_greedy
 from .envs import EnvSpec
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # as SAC's SquashedGaussian
@@ -129,13 +129,8 @@ class NumpyActor:
         return epsilon(self.params, self.worker_index, self.num_workers, env_steps)
 
     def _act_q(self, x: np.ndarray, deterministic: bool, env_steps: int):
-        q = self.q_values(x)
-        a = q.argmax(-1)
-        if not deterministic:
-            explore = self.rng.random(len(a)) < self.epsilon(env_steps)
-            a = np.where(explore, self.rng.integers(0, self.spec.n_actions, len(a)), a)
-        return a.astype(np.int64), {"q_taken": q[np.arange(len(a)), a].astype(np.float32),
-                                    "q_max": q.max(-1).astype(np.float32)}
+        return epsilon_greedy(self.q_values(x), self.epsilon(env_steps),
+                              None if deterministic else self.rng)
 
     def _act_sac(self, x: np.ndarray, deterministic: bool, env_steps: int):
         n = self.spec.n_actions

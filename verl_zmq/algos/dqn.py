@@ -18,7 +18,7 @@ from torch import nn
 
 from ..nets import mlp, obs_dim
 from .base import START, Algorithm, Learned, Progress
-from .exploration import apex_priorities, epsilon
+from .exploration import apex_priorities, epsilon, epsilon_greedy
 
 
 class QNet(nn.Module):
@@ -82,13 +82,8 @@ class DQN(Algorithm):
     def act(self, obs, deterministic=False, env_steps=0):
         with torch.no_grad():
             q = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
-        qn = q.cpu().numpy()
-        a = qn.argmax(-1)
-        if not deterministic:
-            explore = self.rng.random(len(a)) < self.epsilon(env_steps)
-            a = np.where(explore, self.rng.integers(0, self.spec.n_actions, len(a)), a)
-        return a.astype(np.int64), {"q_taken": qn[np.arange(len(a)), a].astype(np.float32),
-                                    "q_max": qn.max(-1).astype(np.float32)}
+        return epsilon_greedy(q.cpu().numpy(), self.epsilon(env_steps),
+                              None if deterministic else self.rng)
 
     def finish_fragment(self, arrays):
         """Ape-X initial priorities from the Q-values recorded while acting."""

@@ -27,3 +27,15 @@ def apex_priorities(arrays: dict[str, np.ndarray], gamma: float, n_step: int) ->
     prio = np.zeros(arrays["reward"].shape, np.float32)
     prio[ti, ei] = np.abs(td)
     return prio
+
+
+def epsilon_greedy(q: np.ndarray, eps: float, rng: np.random.Generator | None
+                   ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Greedy actions from Q-values [N, A], each replaced by a uniform one with
+    probability `eps` (no `rng`: greedy), and the extras DQN records (Ape-X)."""
+    a = q.argmax(-1)
+    if rng is not None:
+        explore = rng.random(len(a)) < eps
+        a = np.where(explore, rng.integers(0, q.shape[1], len(a)), a)
+    return a.astype(np.int64), {"q_taken": q[np.arange(len(a)), a].astype(np.float32),
+                                "q_max": q.max(-1).astype(np.float32)}

@@ -4,7 +4,8 @@
 "Reaching a return": the first evaluation (n_eval_episodes deterministic
 episodes on separately seeded envs) whose mean is at or above the target.
 Wall seconds count from the launcher's first role start; "> budget" when the
-run never reaches the target.
+run never reaches the target. Also per run: the share of fragments the learners
+dropped for lag, and the share of their time the samplers waited for params.
 
     python tools/seeds.py [--job configs/cartpole_ppo.toml] [--target 475] [--seeds 0 1 2]
 """
@@ -13,10 +14,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
-from _jobs import ROOT, launch, launcher_start, time_to_return
+from _jobs import ROOT, events, launch, launcher_start, time_to_return
+
+
+def pipeline(run: Path) -> tuple[float | None, float | None]:
+    """(% of received fragments dropped for lag, % of sampler time waiting for params),
+    from the roles' final metrics."""
+    got = dropped = 0
+    for p in list((run / "logs").glob("learner-*.jsonl")) + list(
+            (run / "logs").glob("peer-*.jsonl")):
+        final = [e for e in events(p) if e.get("event") == "metrics"][-1:]
+        for e in final:
+            role = p.stem.split("-")[0]
+            got += sum((e.get(f"{role}/fragments_from") or {}).values())
+            dropped += e.get(f"{role}/fragments_dropped", 0)
+    waits = []
+    for p in (run / "logs").glob("sampler-*.jsonl"):
+        ev = events(p)
+        start = [e["ts"] for e in ev if e.get("event") == "sampling_started"]
+        final = [e for e in ev if e.get("event") == "metrics"][-1:]
+        if start and final:
+            waits.append(final[0].get("sampler/param_wait_s", 0.0)
+                         / max(final[0]["ts"] - start[0], 1e-9))
+    return (100 * dropped / got if got else None,
+            100 * sum(waits) / len(waits) if waits else None)
 
 
 def main() -> None:
@@ -28,7 +53,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the run folders (printed)")
     args = ap.parse_args()
     print(f"{'seed':>4}{'steps to target':>17}{'wall s to target':>18}{'total wall s':>14}"
-          f"{'best eval':>11}{'exit':>6}")
+          f"{'best eval':>11}{'dropped %':>11}{'param wait %':>14}{'exit':>6}")
     for seed in args.seeds:
         tmp = Path(tempfile.mkdtemp(prefix=f"seed{seed}-"))
         run = tmp / "run"
@@ -43,8 +68,11 @@ def main() -> None:
         secs = f"{ts - t0:.1f}" if ts is not None and t0 is not None else "> budget"
         best = summary.get("best_eval_return")
         best = f"{best:.1f}" if isinstance(best, float) else str(best)
-        print(f"{seed:>4}{hit:>17}{secs:>18}{wall:>14.1f}{best:>11}"
+        drop, wait = (f"{x:.1f}" if x is not None else "-" for x in pipeline(run))
+        print(f"{seed:>4}{hit:>17}{secs:>18}{wall:>14.1f}{best:>11}{drop:>11}{wait:>14}"
               f"{rc:>6}" + (f"  {run}" if args.keep else ""), flush=True)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -375,3 +375,18 @@ async def test_prioritized_shard_applies_priorities_by_generation(tmp_path):
             while role.store.priority_updates + role.store.stale_updates < 8:
                 await asyncio.sleep(0.01)
         assert role.store.stale_updates >= 1 and role.wire_stats.errors == 1
+
+
+async def test_a_drained_feed_takes_nothing_and_asks_for_nothing():
+    async with sockets() as t:
+        shard = FakeShard(t)
+        state = TrainState()
+        feed = fragment_feed(t, state, batch_size=32, prefetch=1)
+        await feed.reconcile({"replay-0": ShardAddress(shard.endpoint, 1)})
+        await shard.take(1)
+        ident = shard.requests[0][0]
+        feed.drain()  # training is over
+        await shard.serve(ident, fragment())
+        await shard.drain_requests(settle=0.3)
+        assert len(shard.requests) == 1 and not feed.pending and state.env_steps == 0
+        feed.links.close_all()

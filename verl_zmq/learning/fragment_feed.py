@@ -54,7 +54,9 @@ class FragmentFeed:
         await self.links.send(link, wire.SampleRequest(credit=1))
 
     async def _on(self, link: Link, msg: wire.Batch | None) -> None:
-        if msg is None or self.draining:
+        if self.draining:  # training is over: take nothing, ask for nothing more
+            return
+        if msg is None:
             await self._credit(link)
             return
         a = msg.arrays
@@ -137,7 +139,8 @@ class FragmentFeed:
         """Fragments' credits went back as they were taken: nothing to return."""
 
     def drain(self) -> None:
-        """Training is over: fragments that still come are handed back unused."""
+        """Training is over: fragments that still come are dropped and not asked for
+        again, so shards fill and samplers stop while the last evaluation runs."""
         self.draining = True
 
     def metrics(self, r: str) -> dict:

@@ -62,7 +62,9 @@ class SampledFeed:
                                                            batch_size=self.cfg.batch_size))
 
     async def _on(self, link: Link, msg: wire.Batch | None) -> None:
-        if msg is None or self.draining:  # bad or unwanted: ask for another
+        if self.draining:  # training is over: take nothing, ask for nothing more
+            return
+        if msg is None:  # bad: ask for another
             await self.links.send(link, wire.SampleRequest(credit=1))
             return
         await self.batches.put((link, msg))

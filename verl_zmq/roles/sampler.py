@@ -21,6 +21,7 @@ from ..actors import make_actor
 from ..batch import bootstrap
 from ..envs import env_spec, make_vector_env
 from ..normalize import RunningMeanStd, moments
+from ..pacing import make_pacer
 from ..specs import acting_seeds
 from .base import Role, reconnect, recv, send
 
@@ -170,6 +171,7 @@ class SamplerRole(Role):
         self.learners: dict[str, str] = {}
         self.shard_ready = asyncio.Event()
         self.new_params = asyncio.Event()
+        self.pacer = make_pacer(self.job)
         self.fragments = 0
         self.wait_s = 0.0
         self.waiting_since: float | None = None
@@ -197,6 +199,9 @@ class SamplerRole(Role):
             _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
             # any other version: a learner restarted without a checkpoint counts from 0 again
             c = self.collector
+            if msg is not None and self.pacer is not None:
+                self.pacer.heard(msg.version)
+                self.new_params.set()
             if msg is not None and (msg.version != c.version or not self.algo.ready):
                 self.collector.pending = (msg.version, msg.arrays)
                 self.new_params.set()
@@ -213,6 +218,17 @@ class SamplerRole(Role):
                 self.param_waits_timed_out += 1
                 return
 
+    async def _wait_for_budget(self, timeout: float) -> None:
+        """Paced: wait until the learner's versions allow another fragment."""
+        while not self.pacer.may_ship():
+            self.new_params.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self.new_params.wait()
+            except TimeoutError:  # the learner is gone: go on, it may come back
+                self.param_waits_timed_out += 1
+                return
+
     async def _collect_loop(self) -> None:
         S = self.job.sampling
         ahead = 1 if S.mode == "sync" else S.max_fragments_ahead
@@ -226,10 +242,12 @@ class SamplerRole(Role):
         self.log.info("sampling_started", envs=self.collector.E,
                       fragment_length=self.collector.T)
         while True:
-            if ahead and shipped >= ahead:
-                t0 = time.monotonic()
+            t0 = time.monotonic()
+            if self.pacer is not None:
+                await self._wait_for_budget(timeout)
+            elif ahead and shipped >= ahead:
                 await self._wait_for_params(timeout)
-                self.param_wait_s += time.monotonic() - t0
+            self.param_wait_s += time.monotonic() - t0
             c = self.collector
             c.job_steps = c.steps * c.E * self.job.sampling.num_workers
             arrays, version = await asyncio.to_thread(c.collect)
@@ -244,6 +262,8 @@ class SamplerRole(Role):
             self.waiting_since = None
             self.fragments += 1
             shipped += 1
+            if self.pacer is not None:
+                self.pacer.shipped_one()
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:

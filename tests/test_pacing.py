@@ -1,0 +1,47 @@
+"""Pacing a sampler to its learner's consumption (sampling.lead_updates)."""
+
+from __future__ import annotations
+
+from tests.conftest import CONFIGS
+from verl_zmq.config import load_job
+from verl_zmq.pacing import Pacer, make_pacer
+
+
+def _ship_all(p: Pacer) -> int:
+    n = 0
+    while p.may_ship():
+        p.shipped_one()
+        n += 1
+    return n
+
+
+def test_a_sampler_ships_its_share_of_each_update_plus_its_lead():
+    p = Pacer(share=1.0, lead=1)  # 4 samplers, 4 fragments a batch
+    assert _ship_all(p) == 1  # before any params: the lead only
+    p.heard(0)  # first params: counting starts here
+    assert _ship_all(p) == 1
+    p.heard(3)  # three updates later: three more shares
+    assert _ship_all(p) == 3
+    p.heard(3)  # a re-publish of the same version adds nothing
+    assert _ship_all(p) == 0
+    p.heard(1)  # the learner restarted behind: count afresh
+    assert p.base == 1 and _ship_all(p) == 1
+
+
+def test_fractional_shares_add_up():
+    p = Pacer(share=0.5, lead=2)  # 8 samplers share a batch of 4 fragments
+    p.heard(10)
+    assert _ship_all(p) == 1
+    p.heard(14)
+    assert _ship_all(p) == 2
+
+
+def test_the_job_decides_whether_samplers_are_paced():
+    job = load_job(CONFIGS / "cartpole_ppo.toml", ["sampling.lead_updates=1"])
+    p = make_pacer(job)  # batch 256 / fragments of 32 x 2 = 4 per update, 4 samplers
+    assert p is not None and p.share == 1.0 and p.lead == 1
+    assert make_pacer(load_job(CONFIGS / "cartpole_ppo.toml")) is None  # off by default
+    assert make_pacer(load_job(CONFIGS / "cartpole_ppo.toml", [
+        "sampling.lead_updates=1", 'sampling.mode="sync"'])) is None
+    assert make_pacer(load_job(CONFIGS / "cartpole_dqn.toml",
+                               ["sampling.lead_updates=1"])) is None  # off-policy

@@ -1,0 +1,49 @@
+"""Pacing a sampler to its learner: ship no faster than the learner consumes.
+
+Each update consumes `ceil(batch_size / fragment_steps)` fragments from the
+group, so a sampler's fair share is that divided by the group's samplers. With
+`sampling.lead_updates = k` a sampler may ship its share for the updates its
+learner has made (as the params versions it hears say) plus `k` more: it
+collects the next batch while the learner trains on this one (overlap), and
+the queue between them stays about k batches deep, so fragments arrive about k
+updates old instead of piling up in shard and socket queues and being dropped
+for lag. A learner heard counting from a lower version (restarted) starts the
+count afresh. No I/O: the sampler role asks `may_ship` and reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Pacer:
+    """A sampler's budget of fragments, in step with its learner's versions."""
+
+    share: float  # fragments per update: this sampler's part of one batch
+    lead: int  # updates of lead over the learner
+    base: int | None = None  # the version counting started at
+    latest: int = 0  # the newest version heard
+    shipped: int = 0  # fragments shipped since `base`
+
+    def heard(self, version: int) -> None:
+        if self.base is None or version < self.latest:  # first params, or a restart
+            self.base, self.latest, self.shipped = version, version, 0
+        else:
+            self.latest = max(self.latest, version)
+
+    def may_ship(self) -> bool:
+        done = self.latest - (self.base or 0)
+        return self.shipped < (done + self.lead) * self.share
+
+    def shipped_one(self) -> None:
+        self.shipped += 1
+
+
+def make_pacer(job) -> Pacer | None:
+    """The job's pacer, or None (`lead_updates = 0`, sync mode, or off-policy)."""
+    S = job.sampling
+    if S.lead_updates <= 0 or S.mode == "sync" or not job.traits.on_policy:
+        return None
+    per_batch = -(-job.algorithm.params.batch_size // max(1, job.fragment_steps))
+    return Pacer(share=per_batch / S.num_workers, lead=S.lead_updates)

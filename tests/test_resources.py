@@ -15,8 +15,9 @@ from tests.conftest import CONFIGS, kill_tree, read_events, start_job, wait_for
 @pytest.mark.timeout(300)
 def test_sampler_over_its_memory_limit_fails_clearly(tmp_path):
     run = tmp_path / "run"
+    # a sampler acting with torch: torch alone maps ~1 GB (a numpy sampler fits in 300 MB)
     proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "sampling.num_workers=1",
-                     'resources.sampler.memory="300MB"',  # torch alone maps ~1 GB
+                     'sampling.inference="torch"', 'resources.sampler.memory="300MB"',
                      "launch.max_restarts_per_role={sampler = 1}",
                      "launch.restart_backoff_s=0.2")
     try:

@@ -60,7 +60,7 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
                      log_stream=None, incarnation: int | None = None) -> int:
     """Run one role in this process until it stops; return its exit code."""
     from .roles.base import RoleContext, default_incarnation, index_of, role_class
-    from .roles.service import serve
+    from .roles.service import out_of_memory, serve
 
     inc = incarnation or default_incarnation()
     log = setup_logging(spec.role, spec.member_id, spec.group, inc, job.logging.level,
@@ -83,11 +83,8 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
 
     try:
         cls = role_class(spec.role)  # torch alone needs ~1 GB of address space
-    except MemoryError as e:
-        return over_limit(e)
-    except (ImportError, OSError) as e:
-        if res is not None and res.memory and ("memory" in str(e).lower()
-                                               or "map" in str(e).lower()):
+    except (MemoryError, ImportError, OSError) as e:
+        if isinstance(e, MemoryError) or (res is not None and res.memory and out_of_memory(e)):
             return over_limit(e)
         raise
 

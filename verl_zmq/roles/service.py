@@ -28,6 +28,16 @@ class _Stop(Exception):
     pass
 
 
+def out_of_memory(e: BaseException) -> bool:
+    """An error that an address-space limit causes: MemoryError, or a shared library
+    (torch's, imported late) that could not be mapped."""
+    if isinstance(e, MemoryError):
+        return True
+    text = str(e).lower()
+    return isinstance(e, ImportError | OSError) and ("failed to map" in text
+                                                     or "cannot allocate memory" in text)
+
+
 def _leaves(eg: BaseExceptionGroup) -> list[BaseException]:
     """The exceptions inside (nested) groups: a role's own TaskGroup nests one more."""
     out: list[BaseException] = []
@@ -134,7 +144,7 @@ async def serve(role: Role, install_signals: bool = True) -> int:
             # one line on stderr too: the launcher's summary shows a role's last stderr lines
             print(f"error: {role.id}: {type(e).__name__}: {str(e)[:500]}", file=sys.stderr,
                   flush=True)
-            if isinstance(e, MemoryError):  # the runner names the role's memory limit
+            if out_of_memory(e):  # the runner names the role's memory limit
                 role.memory_error = e
         rc = EXIT_FAILED
     try:

@@ -46,7 +46,7 @@ class Collector:
         self.pending: tuple[int, dict] | None = None
         self.cached: tuple[np.ndarray, dict, int] | None = None
         self.steps = 0
-        self.job_steps = 0  # the job's env steps as this sampler estimates them
+        self.job_steps = 0  # the job's env steps as this sampler estimates them (collect)
         self.swaps = 0
         self.rejected_params = 0
 
@@ -105,6 +105,8 @@ class Collector:
     def collect(self) -> tuple[dict[str, np.ndarray], int]:
         """One fragment: T steps x E envs. Returns (arrays, oldest policy version used)."""
         T, E = self.T, self.E
+        # exploration schedules read it; fixed for the fragment
+        self.job_steps = self.steps * E * self.job.sampling.num_workers
         shape = self.algo.spec.obs_shape
         obs = np.empty((T, E, *shape), np.float32)
         raw_all = np.empty((T, E, *shape), np.float32) if self.norm else None
@@ -249,7 +251,6 @@ class SamplerRole(Role):
                 await self._wait_for_params(timeout)
             self.param_wait_s += time.monotonic() - t0
             c = self.collector
-            c.job_steps = c.steps * c.E * self.job.sampling.num_workers
             arrays, version = await asyncio.to_thread(c.collect)
             if self.collector.version != last_version:
                 shipped, last_version = 0, self.collector.version

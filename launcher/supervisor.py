@@ -63,6 +63,14 @@ def restart_delay(L, rp: RoleProcess, rc: int, now: float) -> float | None:
     return delay
 
 
+# who is spawned first: the registry, then the light roles (numpy samplers step
+# their envs about a second after they start, from their own version-0 weights),
+# then the roles that import torch. A member that knocks before the registry has
+# bound is fine: its register message waits in the socket, and it retries.
+START_ORDER = {"registry": 0, "sampler": 1, "replay": 2, "learner": 3, "peer": 3,
+               "evaluator": 4}
+
+
 class Supervisor:
     """Runs a plan's roles until the job ends, fails, or is interrupted."""
 
@@ -188,14 +196,12 @@ class Supervisor:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.on_signal, sig)
         watchers = []
-        for i, rp in enumerate(self.procs):
+        for rp in sorted(self.procs, key=lambda rp: START_ORDER.get(rp.placement.role, 9)):
             await rp.start()
             self.log.info("role_started", member=rp.placement.member_id,
                           member_role=rp.placement.role,
                           host=self.plan.host_of(rp.placement).address, pid=rp.proc.pid)
             watchers.append(asyncio.create_task(self._watch(rp)))
-            if i == 0:
-                await asyncio.sleep(0.2)  # the registry binds before members knock
         progress = asyncio.create_task(self._progress_loop())
         while not self.stopping and not self._done():
             self.wake.clear()

@@ -35,7 +35,6 @@ def _pair(name):
         for p in algo.policy_module().parameters():
             p.add_(0.1 * torch.randn_like(p))
     actor = NumpyActor(job, spec)
-    assert not actor.ready
     actor.load_policy_arrays(algo.policy_arrays())
     obs = np.random.default_rng(0).standard_normal((64, *spec.obs_shape)).astype(np.float32)
     return job, spec, algo, actor, obs
@@ -52,6 +51,37 @@ def test_numpy_and_torch_policies_agree(name):
         np.testing.assert_allclose(ex_np[k], ex_t[k], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(actor.env_action(a_np), algo.env_action(a_t), rtol=1e-4,
                                atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_numpy_samplers_start_from_the_learners_initial_weights(name):
+    """Version 0 is one policy everywhere: a numpy sampler makes the arrays the
+    learner's torch modules were given, whatever torch's own seed was."""
+    job_file, over = CASES[name]
+    job = load_job(CONFIGS / job_file, over)
+    spec = env_spec(job.environment)
+    torch.manual_seed(123)
+    learner = make_algorithm(job, spec).policy_arrays()
+    actor = NumpyActor(job, spec, (2, 4), acting_seed=99)
+    assert set(actor.arrays) == set(learner)
+    for k, v in learner.items():
+        np.testing.assert_array_equal(actor.arrays[k], v, err_msg=k)
+    other = NumpyActor(load_job(CONFIGS / job_file, [*over, "experiment.seed=7"]), spec)
+    assert any(not np.array_equal(other.arrays[k], v) for k, v in learner.items())
+
+
+def test_orthogonal_init_is_torchs():
+    from verl_zmq.policy_init import orthogonal
+
+    rng = np.random.default_rng(0)
+    for rows, cols, gain in ((64, 4, 2 ** 0.5), (2, 64, 0.01), (64, 64, 1.0)):
+        w = orthogonal(rng, rows, cols, gain).astype(np.float64)
+        small = min(rows, cols)
+        gram = w @ w.T if rows <= cols else w.T @ w  # orthonormal rows or columns, scaled
+        np.testing.assert_allclose(gram, gain ** 2 * np.eye(small), atol=1e-5)
+        t = torch.empty(rows, cols)
+        torch.nn.init.orthogonal_(t, gain)  # the same norms as torch's draw
+        assert abs(np.linalg.norm(w) - t.norm().item()) < 1e-4
 
 
 @pytest.mark.parametrize("name", ["ppo-discrete", "ppo-gaussian", "dapo"])

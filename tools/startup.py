@@ -34,6 +34,8 @@ def one(job: str, extra: list[str], deadline_s: float = 120.0) -> tuple[float | 
             while time.time() - t0 < deadline_s and sampling_start(run) is None:
                 time.sleep(0.1)
             s = sampling_start(run)
+            while time.time() - t0 < deadline_s and first(run, "learner-0", "role_started") is None:
+                time.sleep(0.1)
             learner = first(run, "learner-0", "role_started")
         finally:
             stop(p)

@@ -2,13 +2,15 @@
 
 A sampler only needs a policy's forward pass, and for the small MLPs the
 built-in algorithms use numpy is quicker than torch per call (no dispatch
-overhead) and imports in a fraction of the time, so a sampler starts in about a
-second. `make_actor` gives a sampler a `NumpyActor` for ppo, dapo, dqn and sac
-with `sampling.inference = "auto"` or `"numpy"`, and the torch algorithm
+overhead) and imports in a fraction of the time. It starts from the job's
+version-0 weights, which it makes itself (`policy_init`: the arrays the learner
+loads into its modules), so a sampler steps its envs about a second after it
+starts, before any learner is up. `make_actor` gives a sampler a `NumpyActor`
+for ppo, dapo, dqn and sac with `sampling.inference = "auto"` or `"numpy"`, and
+the torch algorithm
 otherwise (the general path: any network). Both read the same params arrays
 (the torch modules' state_dict names) and give the same actions,
-log-probabilities and values (`tests/test_actors.py`). A numpy actor holds no
-weights until the first params arrive from its learner.
+log-probabilities and values (`tests/test_actors.py`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from .algos.exploration import apex_priorities, epsilon, epsilon_greedy
 from .envs import EnvSpec
+from .policy_init import initial_policy_arrays
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # as SAC's SquashedGaussian
 _ACT = {"tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0)}
@@ -64,14 +67,10 @@ class NumpyActor:
         self.worker_index, self.num_workers = worker
         self.rng = np.random.default_rng(job.experiment.seed if acting_seed is None
                                          else acting_seed)
-        self.arrays: dict[str, np.ndarray] | None = None  # none until the first params
+        self.arrays: dict[str, np.ndarray] = initial_policy_arrays(job, spec)
         if not spec.discrete:
             self.low = np.array(spec.action_low, np.float32)
             self.high = np.array(spec.action_high, np.float32)
-
-    @property
-    def ready(self) -> bool:
-        return self.arrays is not None
 
     def load_policy_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Take published params; ValueError when they lack what this policy reads."""

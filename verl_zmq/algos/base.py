@@ -31,7 +31,7 @@ import torch
 
 from ..config import Job
 from ..envs import EnvSpec
-from .traits import Traits, traits
+from .traits import Traits, fit_problem, traits
 
 ObsTransform = Callable[[np.ndarray], np.ndarray]
 
@@ -61,13 +61,15 @@ class Algorithm(ABC):
     """One RL algorithm: networks, acting, learning, state."""
 
     name: ClassVar[str]
-    ready: ClassVar[bool] = True  # holds weights to act with (from its initialisation)
     # attributes a checkpoint holds: modules and optimisers (state_dict), or tensors
     state_attrs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, job: Job, spec: EnvSpec, device: str = "cpu",
                  worker: tuple[int, int] = (0, 1), obs_transform: ObsTransform | None = None,
                  acting_seed: int | None = None):
+        why = fit_problem(job, spec.discrete)
+        if why:
+            raise ValueError(why)
         self.job = job
         self.spec = spec
         self.params = job.algorithm.params
@@ -80,6 +82,14 @@ class Algorithm(ABC):
         self.rng = np.random.default_rng(job.experiment.seed if acting_seed is None
                                          else acting_seed)
         self._bc = None
+
+    def init_policy(self) -> None:
+        """Give the policy module its version-0 weights from `policy_init`, the
+        arrays a numpy sampler makes for itself (built-in policies only)."""
+        if self.traits.numpy_actor:
+            from ..policy_init import initial_policy_arrays
+
+            self.load_policy_arrays(initial_policy_arrays(self.job, self.spec))
 
     @property
     def traits(self) -> Traits:

@@ -61,12 +61,8 @@ class DQN(Algorithm):
 
     def __init__(self, job, spec, device: str = "cpu", **kw):
         super().__init__(job, spec, device, **kw)
-        if not spec.discrete:
-            raise ValueError(f"algorithm.name: dqn needs Discrete actions; {job.environment.id} "
-                             f"has continuous (Box) actions: use sac or ppo")
-        if not job.algorithm.policy.hidden_sizes:
-            raise ValueError("algorithm.policy.hidden_sizes: needs at least one layer")
         self.q = QNet(spec, job.algorithm.policy).to(self.device)
+        self.init_policy()
         self.target = copy.deepcopy(self.q).requires_grad_(False)
         self.opt = torch.optim.Adam(self.q.parameters(), lr=self.params.learning_rate)
 

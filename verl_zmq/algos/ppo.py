@@ -61,12 +61,8 @@ class PPO(Algorithm):
         super().__init__(job, spec, device, **kw)
         self.progress = 0.0  # of the update running now: schedules read it
         pol = job.algorithm.policy
-        if pol.dueling:
-            raise ValueError("algorithm.policy.dueling: a dueling head is for Q-networks "
-                             f"(dqn); {self.name} has a policy and a value head")
-        if not pol.hidden_sizes:
-            raise ValueError("algorithm.policy.hidden_sizes: needs at least one layer")
         self.net = ActorCritic(spec, pol).to(self.device)
+        self.init_policy()
         self.opt = torch.optim.Adam(self.net.parameters(), lr=self.params.learning_rate, eps=1e-5)
         if not spec.discrete:
             self.low = np.array(spec.action_low, np.float32)

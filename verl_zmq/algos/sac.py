@@ -78,16 +78,10 @@ class SAC(Algorithm):
 
     def __init__(self, job, spec, device: str = "cpu", **kw):
         super().__init__(job, spec, device, **kw)
-        if spec.discrete:
-            raise ValueError(f"algorithm.name: sac needs continuous (Box) actions; "
-                             f"{job.environment.id} has Discrete actions: use dqn or ppo")
         pol = job.algorithm.policy
-        if pol.dueling:
-            raise ValueError("algorithm.policy.dueling: a dueling head is for dqn")
-        if not pol.hidden_sizes:
-            raise ValueError("algorithm.policy.hidden_sizes: needs at least one layer")
         p = self.params
         self.actor = SquashedGaussian(spec, pol).to(self.device)
+        self.init_policy()
         self.critic = TwinQ(spec, pol).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.pi_opt = torch.optim.Adam(self.actor.parameters(), lr=p.learning_rate)

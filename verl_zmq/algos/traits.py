@@ -22,6 +22,8 @@ class Traits:
     # Gaussian, with value), "q" (epsilon-greedy Q), "squashed" (tanh Gaussian); ""
     # for none: samplers act with torch
     numpy_actor: str = ""
+    actions: str = "any"  # the action spaces it can act in: "discrete", "box" or "any"
+    dueling: bool = False  # a dueling Q head is possible
 
     @property
     def replay_modes(self) -> tuple[str, ...]:
@@ -34,9 +36,31 @@ TRAITS: dict[str, Traits] = {
     "dapo": Traits(on_policy=True, extras=("logp", "value"), decentralised=True,
                    learns_from_demos=True, numpy_actor="pg"),
     # Q(s, a) and max_a Q(s, a) at acting time: initial priorities (Ape-X)
-    "dqn": Traits(on_policy=False, extras=("q_taken", "q_max"), numpy_actor="q"),
-    "sac": Traits(on_policy=False, learns_from_demos=True, numpy_actor="squashed"),
+    "dqn": Traits(on_policy=False, extras=("q_taken", "q_max"), numpy_actor="q",
+                  actions="discrete", dueling=True),
+    "sac": Traits(on_policy=False, learns_from_demos=True, numpy_actor="squashed",
+                  actions="box"),
 }
+
+_OTHER = {"discrete": "continuous (Box) actions: use sac or ppo",
+          "box": "Discrete actions: use dqn or ppo"}
+
+
+def fit_problem(job, discrete: bool) -> str:
+    """Why the job's algorithm and policy cannot act in its env (an env with
+    `discrete` actions or not), or "" when they can. Torch-free: the launcher
+    asks before any role starts, and the algorithms raise it as a ValueError."""
+    name, pol = job.algorithm.name, job.algorithm.policy
+    t = traits(name)
+    want_discrete = t.actions == "discrete"
+    if t.actions != "any" and discrete != want_discrete:
+        need = "Discrete actions" if want_discrete else "continuous (Box) actions"
+        return f"algorithm.name: {name} needs {need}; {job.environment.id} has {_OTHER[t.actions]}"
+    if pol.dueling and not t.dueling:
+        return f"algorithm.policy.dueling: a dueling head is for Q-networks (dqn), not {name}"
+    if not pol.hidden_sizes:
+        return "algorithm.policy.hidden_sizes: needs at least one layer"
+    return ""
 
 
 def traits(name: str) -> Traits:

@@ -1,26 +1,31 @@
 """`verl check`: what a job file cannot say by its types alone. Builds the env
-and the algorithm's networks once and reports what does not fit."""
+once and asks the algorithm's traits whether it fits (torch-free: the launcher
+runs this before any role starts); `networks=True` (`verl check`) also builds
+the algorithm's networks."""
 
 from __future__ import annotations
 
 from ..config import Job
 
 
-def check_job(job: Job) -> list[str]:
+def check_job(job: Job, networks: bool = True) -> list[str]:
     """Problems with the job, each one sentence; empty when it can run."""
+    from ..algos.traits import fit_problem
     from ..envs import EnvError, env_spec, make_vector_env
 
-    problems: list[str] = []
     try:
         spec = env_spec(job.environment)
     except EnvError as e:
         return [str(e)]
-    try:
-        from ..algos import make_algorithm
+    why = fit_problem(job, spec.discrete)
+    problems: list[str] = [why] if why else []
+    if networks and not problems:
+        try:
+            from ..algos import make_algorithm
 
-        make_algorithm(job, spec)
-    except (ValueError, KeyError) as e:
-        problems.append(str(e))
+            make_algorithm(job, spec)
+        except (ValueError, KeyError) as e:
+            problems.append(str(e))
     problems += _memory_problems(job, spec)
     if job.algorithm.bc.demos:
         from ..demos import load_demos

@@ -57,7 +57,7 @@ class Collector:
     def swap(self) -> None:
         """Load params that arrived, if they are new (or the first)."""
         pending, self.pending = self.pending, None
-        if pending is None or (pending[0] == self.version and self.algo.ready):
+        if pending is None or pending[0] == self.version:
             return
         version, arrays = pending
         try:
@@ -204,7 +204,7 @@ class SamplerRole(Role):
             if msg is not None and self.pacer is not None:
                 self.pacer.heard(msg.version)
                 self.new_params.set()
-            if msg is not None and (msg.version != c.version or not self.algo.ready):
+            if msg is not None and msg.version != c.version:
                 self.collector.pending = (msg.version, msg.arrays)
                 self.new_params.set()
 
@@ -236,11 +236,6 @@ class SamplerRole(Role):
         ahead = 1 if S.mode == "sync" else S.max_fragments_ahead
         timeout = self.job.launch.heartbeat_interval_s * self.job.launch.heartbeat_liveness * 2
         shipped, last_version = 0, None
-        while not self.algo.ready:  # a numpy policy has no weights until the first params
-            if self.collector.pending is None:
-                self.new_params.clear()
-                await self.new_params.wait()
-            self.collector.swap()
         self.log.info("sampling_started", envs=self.collector.E,
                       fragment_length=self.collector.T)
         while True:

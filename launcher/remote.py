@@ -9,6 +9,7 @@ the SSH session gone) stops the role: no orphans on any host.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -47,13 +48,15 @@ def run_dir_on(host: Host, run_dir: Path) -> str:
         return str(run_dir)
 
 
-def role_argv(job: Job, plan: Plan, p: Placement, run_dir: Path) -> list[str]:
-    """The `verl role` command line for one placement (what --dry-run prints)."""
+def role_argv(job: Job, plan: Plan, p: Placement, run_dir: Path,
+              standby: bool = False) -> list[str]:
+    """The `verl role` command line for one placement (what --dry-run prints);
+    `standby`: a warm spare's, which imports first and then waits for the job."""
     host = plan.host_of(p)
     return [python_for(job, host), "-m", "verl_zmq.cli", "role", p.role, "--job", "-",
             "--registry", plan.registry_endpoint, "--id", p.member_id, "--group", p.group,
             "--bind", host.bind_address, "--run-dir", run_dir_on(host, run_dir),
-            "--exit-on-stdin-eof"]
+            "--exit-on-stdin-eof", *(["--standby"] if standby else [])]
 
 
 def ssh_argv(job: Job, host: Host, inner: list[str]) -> list[str]:
@@ -69,8 +72,9 @@ def ssh_argv(job: Job, host: Host, inner: list[str]) -> list[str]:
     return argv + [host.ssh_target, remote]
 
 
-def full_argv(job: Job, plan: Plan, p: Placement, run_dir: Path) -> list[str]:
-    inner = role_argv(job, plan, p, run_dir)
+def full_argv(job: Job, plan: Plan, p: Placement, run_dir: Path,
+              standby: bool = False) -> list[str]:
+    inner = role_argv(job, plan, p, run_dir, standby)
     host = plan.host_of(p)
     return inner if host.is_local else ssh_argv(job, host, inner)
 
@@ -97,7 +101,10 @@ async def check_reachable(job: Job, host: Host, timeout_s: float = 10.0) -> str:
 
 @dataclass
 class RoleProcess:
-    """One running (or restartable) role process and its log files."""
+    """One running (or restartable) role process and its log files; with
+    `spare_argv`, also a warm spare: the same role started ahead of need, its
+    imports (torch) done, waiting for the job on stdin, so that a restart costs
+    what the role's setup costs and not an interpreter's start."""
 
     placement: Placement
     argv: list[str]
@@ -105,26 +112,54 @@ class RoleProcess:
     log_path: Path
     err_path: Path
     env: dict = field(default_factory=dict)
+    spare_argv: list[str] | None = None
     proc: asyncio.subprocess.Process | None = None
+    spare: asyncio.subprocess.Process | None = None
     restarts: int = 0  # in all
     streak: int = 0  # restarts since it last stayed up for launch.restart_window_s
     started_at: float = 0.0  # monotonic
     exit_code: int | None = None
+    spares_lost: int = 0  # spares that exited before they were used
 
-    async def start(self) -> None:
+    async def _spawn(self, argv: list[str]) -> asyncio.subprocess.Process:
         out = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         err = open(self.err_path, "ab")  # noqa: SIM115
         try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.argv, stdin=asyncio.subprocess.PIPE, stdout=out, stderr=err,
+            return await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=out, stderr=err,
                 start_new_session=True, env={**os.environ, **self.env})
         finally:
             out.close()
             err.close()
+
+    async def start(self) -> bool:
+        """Start the role (on the warm spare when there is one); True if a spare."""
+        warm = self.spare is not None and self.spare.returncode is None
+        self.proc = self.spare if warm else await self._spawn(self.argv)
+        self.spare = None
         self.exit_code = None
         self.started_at = time.monotonic()
         self.proc.stdin.write(self.bundle)
         await self.proc.stdin.drain()
+        return warm
+
+    async def keep_spare(self) -> bool:
+        """Start a spare when there is none (a spare that died unused is counted);
+        True when one was started."""
+        if self.spare_argv is None:
+            return False
+        if self.spare is not None:
+            if self.spare.returncode is None:
+                return False
+            self.spares_lost += 1
+        self.spare = await self._spawn(self.spare_argv)
+        return True
+
+    def drop_spare(self) -> None:
+        if self.spare is not None and self.spare.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.spare.pid, signal.SIGKILL)  # idle: nothing to lose
+        self.spare = None
 
     @property
     def running(self) -> bool:

@@ -21,6 +21,8 @@ from .remote import RoleProcess, full_argv, make_bundle
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_BACKOFF_S = 60.0  # restart delays double up to this
+SPARE_AFTER_S = 5.0  # a role's warm spare starts once the role has been up this long
+SPARES_LOST_MAX = 3  # spares of one member that died unused before we stop making them
 VITAL = ("registry", "learner")  # DAPO has no centre: only losing every peer fails it
 
 
@@ -57,7 +59,10 @@ def restart_delay(L, rp: RoleProcess, rc: int, now: float) -> float | None:
         rp.streak = 0
     if rc == 2 or rp.streak >= L.max_restarts_per_role.get(rp.placement.role, L.max_restarts):
         return None
-    delay = min(L.restart_backoff_s * (2 ** rp.streak), MAX_BACKOFF_S)
+    # the first restart of a role that was up is immediate (a warm spare makes it
+    # cheap); a crash loop backs off from restart_backoff_s, doubling
+    delay = 0.0 if rp.streak == 0 else min(L.restart_backoff_s * 2 ** (rp.streak - 1),
+                                           MAX_BACKOFF_S)
     rp.streak += 1
     rp.restarts += 1
     return delay
@@ -87,7 +92,9 @@ class Supervisor:
         self.procs = [
             RoleProcess(p, full_argv(job, plan, p, run_dir), bundle,
                         self.logs / f"{p.member_id}.jsonl", self.logs / f"{p.member_id}.err",
-                        env=self._env(p.role))
+                        env=self._env(p.role),
+                        spare_argv=full_argv(job, plan, p, run_dir, standby=True)
+                        if p.role in job.launch.standby else None)
             for p in plan.placements
         ]
         self.view = RunView(run_dir)
@@ -148,9 +155,9 @@ class Supervisor:
                 await asyncio.sleep(delay)
                 if self.stopping:
                     return
-                await rp.start()
+                warm = await rp.start()
                 self.log.info("role_restarted", member=p.member_id, member_role=p.role,
-                              restarts=rp.restarts, after_s=delay, pid=rp.proc.pid)
+                              restarts=rp.restarts, after_s=delay, pid=rp.proc.pid, warm=warm)
                 continue
             self.failed.append(p.member_id)
             self.log.error("role_failed", member=p.member_id, member_role=p.role, exit_code=rc,
@@ -164,6 +171,25 @@ class Supervisor:
                 self.stopping = True
                 self.wake.set()
             return
+
+    async def _spares_loop(self) -> None:
+        """Keep a warm spare beside every role of `launch.standby` once the role has
+        been up SPARE_AFTER_S (its own start comes first); give up on a member's
+        spares after SPARES_LOST_MAX of them died unused."""
+        while not self.stopping:
+            await asyncio.sleep(1.0)
+            for rp in self.procs:
+                if rp.spare_argv is None or rp.spares_lost >= SPARES_LOST_MAX:
+                    continue
+                if rp.running and time.monotonic() - rp.started_at >= SPARE_AFTER_S \
+                        and not self.stopping:
+                    if await rp.keep_spare():
+                        self.log.info("spare_started", member=rp.placement.member_id,
+                                      pid=rp.spare.pid)
+                    if rp.spares_lost >= SPARES_LOST_MAX:
+                        self.log.warning("spares_given_up", member=rp.placement.member_id,
+                                         lost=rp.spares_lost, last_error=_last_lines(
+                                             rp.err_path, 3))
 
     def _done(self) -> bool:
         by_role = {}
@@ -203,6 +229,7 @@ class Supervisor:
                           host=self.plan.host_of(rp.placement).address, pid=rp.proc.pid)
             watchers.append(asyncio.create_task(self._watch(rp)))
         progress = asyncio.create_task(self._progress_loop())
+        spares = asyncio.create_task(self._spares_loop())
         while not self.stopping and not self._done():
             self.wake.clear()
             with contextlib.suppress(TimeoutError):
@@ -210,6 +237,7 @@ class Supervisor:
                     await self.wake.wait()
         await self._stop_all(finishing=not self.stopping)
         progress.cancel()
+        spares.cancel()
         for w in watchers:
             w.cancel()
         new = self.view.poll()
@@ -222,6 +250,8 @@ class Supervisor:
     async def _stop_all(self, finishing: bool) -> None:
         """Let finishing roles exit on their own, then SIGTERM, grace, SIGKILL."""
         grace = self.job.launch.grace_s
+        for rp in self.procs:
+            rp.drop_spare()
         if finishing:
             deadline = time.monotonic() + grace
             while any(rp.running for rp in self.procs) and time.monotonic() < deadline:

@@ -22,5 +22,5 @@ def test_every_kind_killed_once_recovers_and_the_job_reaches_its_target():
             ("sampler", "replay", "learner", "evaluator", "registry")]
     assert sorted(row[0] for row in rows) == ["evaluator", "learner", "registry", "replay",
                                               "sampler"]
-    assert all(row[3] == "True" and row[4] != "NOT" for row in rows), r.stdout
+    assert all(row[3] == "True" and row[5] != "NOT" for row in rows), r.stdout
     assert "recovered 5/5" in r.stdout and "reached" in r.stdout

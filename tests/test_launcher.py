@@ -146,20 +146,34 @@ def test_restart_policy_backs_off_gives_up_and_forgives_a_long_run(tmp_path):
     L = job.launch
     rp = RoleProcess(Placement("learner-0", "learner", "main", 0), [], b"",
                      tmp_path / "l.jsonl", tmp_path / "l.err")
-    # a crash loop: 1, 2, 4 s, then it fails for good
-    assert [restart_delay(L, rp, 1, rp.started_at + 5) for _ in range(4)] == [1, 2, 4, None]
+    # a crash loop: at once (a warm spare may take over), then 1, 2 s, then it fails for good
+    assert [restart_delay(L, rp, 1, rp.started_at + 5) for _ in range(4)] == [0, 1, 2, None]
     assert rp.restarts == 3
     # up for the window since its last start: the budget and the backoff start afresh
     rp.started_at = 1000.0
-    assert restart_delay(L, rp, 1, 1000.0 + 100) == 1
-    assert restart_delay(L, rp, -9, 1000.0 + 1) == 2 and rp.restarts == 5
+    assert restart_delay(L, rp, 1, 1000.0 + 100) == 0
+    assert restart_delay(L, rp, -9, 1000.0 + 1) == 1 and rp.restarts == 5
     # exit 2 is bad input: never restarted; a per-role budget overrides the global one
     assert restart_delay(L, RoleProcess(rp.placement, [], b"", rp.log_path, rp.err_path),
                          2, 0.0) is None
     s = RoleProcess(Placement("sampler-0", "sampler", "main", 0), [], b"", rp.log_path,
                     rp.err_path)
-    assert [restart_delay(L, s, 1, 1.0) for _ in range(2)] == [1, None]
+    assert [restart_delay(L, s, 1, 1.0) for _ in range(2)] == [0, None]
     # the delay is capped however large the budget
     big = load_job(CONFIGS / "cartpole_ppo.toml", overrides=["launch.max_restarts=20"]).launch
     fresh = RoleProcess(rp.placement, [], b"", rp.log_path, rp.err_path)
     assert max(restart_delay(big, fresh, 1, 0.0) for _ in range(20)) == 60.0
+
+
+def test_a_warm_spare_let_go_unused_exits_quietly():
+    """A spare whose stdin closes before a job arrives (the job ended, the launcher
+    is gone) exits 0 and writes nothing."""
+    import subprocess
+
+    from tests.conftest import PY, ROOT
+
+    r = subprocess.run([PY, "-m", "verl_zmq.cli", "role", "learner", "--job", "-",
+                        "--registry", "tcp://127.0.0.1:1", "--exit-on-stdin-eof", "--standby"],
+                       cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and not r.stdout and not r.stderr, (r.returncode, r.stderr)

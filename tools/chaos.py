@@ -2,9 +2,11 @@
 """Chaos: run a job and `kill -9` one role at a time, at moments drawn from a
 seeded schedule, at least once each kind (sampler, replay shard, learner or a
 DAPO peer, evaluator, registry). Prints, per kill: the member, when, whether the
-launcher restarted it, and the time to recover (from the kill to the first
-learner/peer metrics showing a param version above the one before the kill, after
-the member is back); then whether the job reached its return target afterwards.
+launcher restarted it (on a warm spare or not), and the time to recover: from the
+kill to a killed learner's or peer's first update in its new process, or, for the
+other kinds, to the first learner/peer metrics showing a param version above the
+one before the kill after the member is back; then whether the job reached its
+return target afterwards.
 
     python tools/chaos.py [JOB] [--seed 0] [--rounds 1] [--target 475]
     python tools/chaos.py --kinds registry --rounds 6    # one kind, again and again
@@ -81,15 +83,16 @@ def kill_one(r: Run, member: str, recover_s: float) -> dict:
                          if e["member"] == member and e["ts"] > t_kill], recover_s)
     restarted = bool(back)
     t_back = back[0]["ts"] if back else None
-    rec = wait(lambda: [t for t, v in r.progress() if t_back and t > t_back and v > before],
-               recover_s) if restarted else None
-    # a restarted learner may resume below `before`: any new version after its return counts
-    if restarted and rec is None and r.members().get(member) in ("learner", "peer"):
-        base = [v for t, v in r.progress() if t_back and t > t_back]
-        rec = wait(lambda: [t for t, v in r.progress()
-                            if t_back and t > t_back and base and v > base[0]], recover_s)
+    if restarted and r.members().get(member) in ("learner", "peer"):
+        # back at work: the new process's first update (it may resume below `before`)
+        rec = wait(lambda: [e["ts"] for e in events(r.run / "logs" / f"{member}.jsonl")
+                            if e.get("event") == "first_update" and e["ts"] > t_kill], recover_s)
+    else:
+        rec = wait(lambda: [t for t, v in r.progress() if t_back and t > t_back and v > before],
+                   recover_s) if restarted else None
     return {"member": member, "kind": r.members().get(member, "?"), "t": t_kill,
-            "restarted": restarted, "recover_s": (rec[0] - t_kill) if rec else None}
+            "restarted": restarted, "warm": bool(back and back[0].get("warm")),
+            "recover_s": (rec[0] - t_kill) if rec else None}
 
 
 def main() -> int:
@@ -131,7 +134,8 @@ def chaos(r: Run, args, rng: random.Random) -> int:
              for k in args.kinds]
     schedule = [k for k in kinds for _ in range(args.rounds)]
     rng.shuffle(schedule)
-    print(f"{'kind':<10}{'member':<14}{'at s':>7}{'restarted':>11}{'recovered in s':>16}")
+    print(f"{'kind':<10}{'member':<14}{'at s':>7}{'restarted':>11}{'warm':>6}"
+          f"{'recovered in s':>16}")
     t0, rows = time.time(), []
     for kind in schedule:
         time.sleep(rng.uniform(*args.gap))
@@ -140,7 +144,7 @@ def chaos(r: Run, args, rng: random.Random) -> int:
         rows.append(row)
         rec = f"{row['recover_s']:.1f}" if row["recover_s"] is not None else "NOT"
         print(f"{kind:<10}{member:<14}{row['t'] - t0:>7.1f}{str(row['restarted']):>11}"
-              f"{rec:>16}", flush=True)
+              f"{str(row['warm']):>6}{rec:>16}", flush=True)
     t_done = time.time()
     best = wait(lambda: [e["eval/return_mean"] for p in (r.run / "logs").glob("evaluator-*.jsonl")
                          for e in events(p) if e.get("event") == "evaluated"

@@ -45,8 +45,10 @@ def main() -> None:
 @click.option("--set", "overrides", multiple=True, help="Override a job key: section.key=value.")
 @click.option("--exit-on-stdin-eof", is_flag=True, hidden=True,
               help="Stop when stdin closes (the launcher's remote roles).")
+@click.option("--standby", is_flag=True, hidden=True,
+              help="Import the role's modules, then wait for the job on stdin (a warm spare).")
 def role(role, job_path, registry, member_id, group, bind, run_dir, keys_file, log_file,
-         overrides, exit_on_stdin_eof):
+         overrides, exit_on_stdin_eof, standby):
     """Run one ROLE of a job by hand (the launcher runs the same code path)."""
     from .transport import CurveKeys
 
@@ -55,6 +57,11 @@ def role(role, job_path, registry, member_id, group, bind, run_dir, keys_file, l
         if job_path == "-":
             from .runner import read_stdin_bundle
 
+            if standby:  # the launcher's warm spare: torch imported before it is needed
+                from .runner import standby as wait_warm
+
+                if not wait_warm(role):
+                    sys.exit(0)  # let go unused: the job ended or the launcher is gone
             bundle = read_stdin_bundle()
             job = loads_job(bundle["job"], "<stdin>", overrides)
             if bundle.get("keys"):

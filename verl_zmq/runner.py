@@ -31,6 +31,35 @@ def read_stdin_bundle() -> dict:
     return data
 
 
+def standby(role: str) -> bool:
+    """A warm spare's wait: import the role's modules (torch) at idle priority,
+    so that a spare only takes CPU nobody else wants, and wait for the job on
+    stdin; when it arrives (even mid-import) the process is back at normal
+    priority. Idle only where this process may return (root, or RLIMIT_NICE
+    allowing nice 0). False when stdin closed first (let go unused)."""
+    import resource
+    import threading
+
+    from .roles.base import role_class
+
+    idle = hasattr(os, "SCHED_IDLE") and (
+        os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20)
+    main = threading.get_native_id()
+
+    def watch() -> None:  # started before going idle: runs at normal priority
+        sys.stdin.buffer.peek(1)
+        if idle:
+            os.sched_setscheduler(main, os.SCHED_OTHER, os.sched_param(0))
+
+    waiter = threading.Thread(target=watch, daemon=True)
+    waiter.start()
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    role_class(role).preload()
+    waiter.join()
+    return bool(sys.stdin.buffer.peek(1))
+
+
 def limit_memory(spec: str) -> None:
     """Cap this process's address space (`resources.<role>.memory`, e.g. "2GB")."""
     if not spec:

@@ -260,8 +260,9 @@ class Launch:
     heartbeat_liveness: int = 3  # missed heartbeats before a member counts as dead
     max_restarts: int = 3  # per role process, with exponential backoff
     max_restarts_per_role: dict = field(default_factory=dict)  # e.g. {sampler = 10}
-    restart_backoff_s: float = 1.0  # first restart delay; doubles each time, up to 60 s
+    restart_backoff_s: float = 1.0  # the first restart is at once; then this, doubling to 60 s
     restart_window_s: float = 600.0  # up this long: the role's restart budget starts afresh
+    standby: list[str] = field(default_factory=lambda: ["learner", "peer"])  # warm spares
     grace_s: float = 10.0  # between SIGTERM and SIGKILL when stopping
     python: str = ""  # interpreter on remote hosts (default python3)
     workdir: str = ""  # cd here on remote hosts before starting a role

@@ -48,6 +48,7 @@ class Trainer:
         self.returns: deque[float] = deque(maxlen=100)
         self.last_metrics: dict[str, float] = {}
         self.learn_s = 0.0
+        self.updates_here = 0  # updates by this process (a restart counts afresh)
         self.next_ckpt = job.checkpoint.interval_steps
         self._resume()
 
@@ -78,6 +79,10 @@ class Trainer:
         self.state.version += 1
         self.last_metrics = learned.metrics
         self.log.debug("updated", version=self.state.version, learn_s=round(dt, 4))
+        if self.updates_here == 0:  # this process trains: what a restart waits for
+            self.log.info("first_update", version=self.state.version,
+                          env_steps=self.state.env_steps)
+        self.updates_here += 1
         return learned
 
     def arrays(self) -> dict[str, np.ndarray]:

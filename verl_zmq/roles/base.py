@@ -58,6 +58,10 @@ class Role:
     name: ClassVar[str] = "role"
     uses_registry: ClassVar[bool] = True
 
+    @classmethod
+    def preload(cls) -> None:
+        """What a warm spare imports ahead of need beyond the role's module."""
+
     def __init__(self, ctx: RoleContext):
         self.ctx = ctx
         self.job = ctx.job

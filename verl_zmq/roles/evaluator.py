@@ -74,6 +74,10 @@ class EvaluatorRole(Role):
 
     name = "evaluator"
 
+    @classmethod
+    def preload(cls) -> None:
+        import torch._dynamo  # noqa: F401 - building an algorithm's optimiser imports it
+
     async def setup(self) -> None:
         torch.set_num_threads(self.job.resources.evaluator.cpu or 1)
         self.spec = env_spec(self.job.environment)

@@ -43,7 +43,10 @@ class LearnerRole(Role):
         self.spec = env_spec(job.environment)
         self.trainer = Trainer(job, self.spec, self.checkpoint_dir(), self.log)
         self.algo = self.trainer.algo
-        self.pub, pub_ep = self.ctx.transport.bind(zmq.PUB, "params", hwm=8)
+        # XPUB: a new subscriber (a sampler, the evaluator, after our restart or
+        # theirs) is heard, and gets the latest params at once, not at the next update
+        self.pub, pub_ep = self.ctx.transport.bind(zmq.XPUB, "params", hwm=8)
+        self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.endpoints = {"params": pub_ep}
         self.feed = make_feed(self.trainer, {
             "transport": self.ctx.transport, "log": self.log, "stats": self.wire_stats,
@@ -52,6 +55,10 @@ class LearnerRole(Role):
         self.published_at = 0.0
         self.finished = False
         self._rate = (time.monotonic(), self.trainer.state.env_steps, self.algo.updates)
+
+    @classmethod
+    def preload(cls) -> None:
+        import torch._dynamo  # noqa: F401 - the first optimiser imports it lazily (~1.5 s)
 
     def checkpoint_dir(self) -> Path:
         return Path(self.ctx.run_dir) / "checkpoints"
@@ -87,6 +94,15 @@ class LearnerRole(Role):
     async def publish(self, final: bool = False) -> None:
         await send(self.pub, self.trainer.params(final), self.id)
         self.published_at = time.monotonic()
+
+    async def _subscribers_loop(self) -> None:
+        """Publish again when a subscriber joins (once per burst of joins)."""
+        while True:
+            joined = (await self.pub.recv())[:1] == b"\x01"  # \x00: one left
+            while await self.pub.poll(50):
+                joined |= (await self.pub.recv())[:1] == b"\x01"
+            if joined and self.published_at:
+                await self.publish()
 
     async def _republish_loop(self) -> None:
         while not self.finished:
@@ -125,7 +141,8 @@ class LearnerRole(Role):
         return [m for m in self.members.values() if m.role == role]
 
     def tasks_to_run(self) -> list:
-        return [self._shards_loop(), self._republish_loop(), self._train()]
+        return [self._shards_loop(), self._subscribers_loop(), self._republish_loop(),
+                self._train()]
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:

@@ -40,7 +40,13 @@ def test_the_job_decides_whether_samplers_are_paced():
     job = load_job(CONFIGS / "cartpole_ppo.toml", ["sampling.lead_updates=1"])
     p = make_pacer(job)  # batch 256 / fragments of 32 x 2 = 4 per update, 4 samplers
     assert p is not None and p.share == 1.0 and p.lead == 1
-    assert make_pacer(load_job(CONFIGS / "cartpole_ppo.toml")) is None  # off by default
+    assert make_pacer(load_job(CONFIGS / "cartpole_ppo.toml")) is not None  # the default
+    assert make_pacer(load_job(CONFIGS / "cartpole_ppo.toml",
+                               ["sampling.lead_updates=0"])) is None
+    # dynamic sampling may drop fragments: the learner would wait for more than a share
+    assert make_pacer(load_job(CONFIGS / "cartpole_dapo.toml")) is not None
+    assert make_pacer(load_job(CONFIGS / "cartpole_dapo.toml",
+                               ["algorithm.params.dynamic_sampling=true"])) is None
     assert make_pacer(load_job(CONFIGS / "cartpole_ppo.toml", [
         "sampling.lead_updates=1", 'sampling.mode="sync"'])) is None
     assert make_pacer(load_job(CONFIGS / "cartpole_dqn.toml",

@@ -41,9 +41,12 @@ class Pacer:
 
 
 def make_pacer(job) -> Pacer | None:
-    """The job's pacer, or None (`lead_updates = 0`, sync mode, or off-policy)."""
+    """The job's pacer, or None (`lead_updates = 0`, sync mode, off-policy, or a
+    learner that may drop fragments before an update, as DAPO's dynamic sampling
+    does: it would need more than the samplers' share and wait for it)."""
     S = job.sampling
-    if S.lead_updates <= 0 or S.mode == "sync" or not job.traits.on_policy:
+    if S.lead_updates <= 0 or S.mode == "sync" or not job.traits.on_policy \
+            or getattr(job.algorithm.params, "dynamic_sampling", False):
         return None
     per_batch = -(-job.algorithm.params.batch_size // max(1, job.fragment_steps))
     return Pacer(share=per_batch / S.num_workers, lead=S.lead_updates)

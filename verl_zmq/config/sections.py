@@ -45,10 +45,10 @@ class Sampling:
     mode: Literal["async", "sync"] = "async"  # sync: wait for new params after each fragment
     fragment_length: int = 64  # T: vector steps per fragment (T x E env steps)
     sync_interval_steps: int = 20  # swap in new params at most every this many env steps
-    max_fragments_ahead: int = 2  # async: fragments shipped per policy version before waiting
-    # async, on-policy: > 0 paces samplers to the learner instead (pacing.py): ship this
-    # sampler's share of each update's batch plus this many updates of lead
-    lead_updates: int = 0
+    max_fragments_ahead: int = 2  # fragments per policy version, when not paced by lead
+    # async, on-policy: pace samplers to the learner (pacing.py): ship this sampler's
+    # share of each update's batch plus this many updates of lead; 0: max_fragments_ahead
+    lead_updates: int = 1  # updates of lead over the learner; 0: max_fragments_ahead
     torch_threads: int = 1  # torch threads per sampler (resources.sampler.cpu wins)
     # the policy copy: numpy for the built-in MLPs (no torch in samplers), or torch
     inference: Literal["auto", "numpy", "torch"] = "auto"

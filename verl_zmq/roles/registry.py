@@ -92,6 +92,8 @@ class RegistryRole(Role):
         if m is not None:
             self.log.info("member_left", member=member_id, member_role=m.role, reason=why)
             await self._publish("leave", m)
+        if self.shutdown_reason and not self.members:  # everyone has heard: no need to wait
+            self.request_stop(f"job_shutdown:{self.shutdown_reason}")
 
     async def _handle(self, ident: bytes, msg: wire.Message) -> None:
         m = self.members.get(msg.src)

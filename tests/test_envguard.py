@@ -50,7 +50,7 @@ def test_guarded_env_recovers_from_hangs_and_gives_up_on_repeated_errors():
 def test_a_sampler_with_hanging_envs_keeps_its_heartbeat_and_keeps_training(tmp_path):
     run = tmp_path / "run"
     proc = start_job(CONFIGS / "cartpole_ppo.toml", run, FAULTY, "sampling.num_workers=1",
-                     "sampling.max_fragments_ahead=0",  # one sampler: never wait for params
+                     "sampling.max_fragments_ahead=0", "sampling.lead_updates=0",  # never wait
                      "environment.kwargs={hang_every = 400}", "environment.step_timeout_s=1.0",
                      "launch.evaluators=0", "logging.interval_s=1.0",
                      "training.total_timesteps=6000")
@@ -76,7 +76,7 @@ def test_a_sampler_with_hanging_envs_keeps_its_heartbeat_and_keeps_training(tmp_
 def test_a_sampler_whose_env_keeps_failing_gives_up_clearly(tmp_path):
     run = tmp_path / "run"
     proc = start_job(CONFIGS / "cartpole_ppo.toml", run, FAULTY, "sampling.num_workers=1",
-                     "sampling.max_fragments_ahead=0",
+                     "sampling.max_fragments_ahead=0", "sampling.lead_updates=0",
                      "environment.kwargs={raise_every = 50}", "environment.step_timeout_s=1.0",
                      "environment.max_env_failures=3", "launch.evaluators=0",
                      "launch.max_restarts_per_role={sampler = 1}", "launch.restart_backoff_s=0.2")

@@ -74,10 +74,49 @@ def _header(msg) -> dict:
     (lambda h: h.update(src=b"x"), "expected str"),
 ])
 def test_specific_rejections(change, why):
-    h = _header(wire.Fragment(version=3, arrays={"obs": np.zeros((2, 3), np.float32)}))
+    h = _header(wire.Params(version=3, arrays={"obs": np.zeros((2, 3), np.float32)}))
     change(h)
     with pytest.raises(wire.WireError, match=why):
         wire.decode([msgpack.packb(h, use_bin_type=True)])
+
+
+def _packed(**arrays):
+    frames = [bytes(f) for f in wire.encode(wire.Fragment(version=3, arrays=arrays))]
+    return msgpack.unpackb(frames[0], raw=False), frames
+
+
+def test_experience_travels_packed_and_is_forwarded_as_it_came():
+    frag = {"obs": np.arange(48, dtype=np.float32).reshape(3, 2, 8)[:, :, ::2],  # strided
+            "done": np.array([[True, False]] * 3), "action": np.arange(6).reshape(3, 2),
+            "big": np.ones(wire.INLINE_MAX // 4 + 1, np.float32)}
+    h, frames = _packed(**frag)
+    assert h["a"][0][0] == "big" and [e[0] for e in msgpack.unpackb(h["p"][0])] == [
+        "obs", "done", "action"]
+    assert len(frames) == 3  # header, the packed small arrays, the big one
+    out = wire.decode(frames)
+    for k, v in frag.items():
+        np.testing.assert_array_equal(out.arrays[k], v)
+        assert out.arrays[k].dtype == v.dtype
+    again = wire.decode([bytes(f) for f in wire.encode(wire.Batch(arrays=out.arrays))])
+    for k, v in frag.items():
+        np.testing.assert_array_equal(again.arrays[k], v)
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda h, f: h["p"].__setitem__(0, b"junk"), "packed layout"),
+    (lambda h, f: h["p"].__setitem__(0, msgpack.packb([["x", "|O", [2]]])), "not allowed"),
+    (lambda h, f: h["p"].__setitem__(0, msgpack.packb([["x", "<f4", [2]]] * 2)), "twice"),
+    (lambda h, f: h["p"].__setitem__(0, msgpack.packb([["x", "<f4", [9]]])), "layout needs"),
+    (lambda h, f: h["p"].__setitem__(1, 7), "packed data reference"),
+    (lambda h, f: h.__setitem__("p", [1, 2, 3]), "bad packed arrays"),
+    (lambda h, f: h["a"].append(["obs", "<f4", [2], b"\0" * 8]), "twice"),
+    (lambda h, f: f.append(b"extra"), "not described"),
+])
+def test_packed_rejections(change, why):
+    h, frames = _packed(obs=np.zeros((2, 3), np.float32), done=np.zeros(2, bool))
+    change(h, frames)
+    with pytest.raises(wire.WireError, match=why):
+        wire.decode([msgpack.packb(h, use_bin_type=True), *frames[1:]])
 
 
 def test_frame_count_mismatch_and_ext_types_rejected():

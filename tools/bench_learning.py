@@ -11,6 +11,7 @@ runs the job file with the zoo's hyperparameters set over it (gamma, GAE
 lambda, entropy, epochs, batch, schedules), so the systems are compared.
 
     python tools/bench_learning.py {ppo-cartpole,sac-pendulum,dqn-cartpole} [--seeds 0]
+    python tools/bench_learning.py lunarlander-ppo [--seeds 0 1 2]    # box2d extra; long
     python tools/bench_learning.py dapo-cartpole [--seeds 0 1 2]
     python tools/bench_learning.py bc-cartpole [--seeds 0 1 2]
 
@@ -49,6 +50,11 @@ ZOO = {
               "algorithm.params.batch_size=256", "algorithm.params.minibatch_size=256",
               "algorithm.params.learning_rate=0.001", 'algorithm.params.lr_schedule="linear"',
               "algorithm.params.clip_range=0.2", 'algorithm.params.clip_schedule="linear"']),
+    "lunarlander-ppo": dict(  # hyperparams/ppo.yml, LunarLander-v2 (v3 here: same task)
+        algo="PPO", env="LunarLander-v3", n_envs=16, budget=1_000_000, interval=20_000,
+        kwargs=dict(n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4,
+                    ent_coef=0.01),
+        job="configs/lunarlander_ppo.toml", target=200.0),
     "sac-pendulum": dict(
         algo="SAC", env="Pendulum-v1", n_envs=1, budget=20_000, interval=2_000,
         kwargs=dict(learning_rate=1e-3), job="configs/pendulum_sac.toml", target=-200.0),

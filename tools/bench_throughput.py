@@ -51,6 +51,7 @@ def pipeline(envs: int, seconds: float, T: int, extra: list[str]) -> float:
         run = Path(tmp) / "run"
         launch(JOB, run, ["sampling.num_workers=1", f"sampling.num_envs_per_worker={envs}",
                           f"sampling.fragment_length={T}", "sampling.max_fragments_ahead=0",
+                          "sampling.lead_updates=0",
                           "training.learn=false", "training.total_timesteps=1000000000",
                           "launch.evaluators=0", "logging.interval_s=1.0",
                           f"replay.capacity={T * envs * 8}", *extra],

@@ -42,7 +42,8 @@ def main() -> int:
             "logging.interval_s=2.0",
             # samplers never wait for params and the learner drops nothing as stale:
             # only the full shard holds the samplers back
-            "sampling.max_fragments_ahead=1000000000", "training.max_policy_lag=1000000000",
+            "sampling.max_fragments_ahead=1000000000", "sampling.lead_updates=0",
+            "training.max_policy_lag=1000000000",
             "launch.evaluators=0"])
         try:
             return soak(run, job, args, warmup)

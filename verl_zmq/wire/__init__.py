@@ -9,6 +9,9 @@ header:
 
 where `data` is the array's bytes (msgpack bin, arrays up to INLINE_MAX bytes)
 or the index of the frame that holds them (larger arrays, sent zero-copy).
+Fragments and batches pack their small arrays instead: `"p": [layout, frame]`,
+a msgpack layout `[[name, dtype.str, shape], ...]` (validated once, then looked
+up) and one frame holding the arrays' bytes, each at a multiple of ALIGN.
 
 `encode(msg) -> frames` and `decode(frames) -> msg` are the only way in and out.
 `decode` checks everything it is handed and raises `WireError`, and nothing

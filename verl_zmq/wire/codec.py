@@ -14,6 +14,7 @@ import numpy as np
 
 from .messages import (
     _DTYPES,
+    ALIGN,
     INLINE_MAX,
     KINDS,
     MAX_ARRAYS,
@@ -22,6 +23,7 @@ from .messages import (
     MAX_NDIM,
     MAX_STR,
     PROTOCOL_VERSION,
+    Kind,
     LazyArrays,
     Message,
     WireError,
@@ -56,29 +58,25 @@ def encode(msg: Message, t: float | None = None) -> list:
         v = getattr(msg, name)
         fields[name] = v if type(v) in _PLAIN else _to_plain(v)
     frames: list = [b""]
-    specs = []
+    specs: list = []
+    packed = None
     if _HAS_ARRAYS[kind]:
         arrays = msg.arrays
         if type(arrays) is LazyArrays:  # forwarding: reuse the received buffers
-            for name, dt, shape, buf in arrays.raw():
+            packed = arrays.packed
+            if packed is not None:
+                packed = [packed[0], len(frames)]
+                frames.append(arrays.packed[1])
+            for name, dt, shape, buf in arrays.raw(unpacked_only=True):
                 if len(buf) <= INLINE_MAX:
                     specs.append((name, dt, shape, bytes(buf)))
                 else:
                     specs.append((name, dt, shape, len(frames)))
                     frames.append(buf)
+        elif kind in _PACK_KINDS and (packed := _pack(arrays, frames, specs)) is not None:
+            pass
         else:
-            for name, arr in arrays.items():
-                if type(arr) is not np.ndarray:
-                    arr = np.asarray(arr)
-                if arr.dtype.byteorder == ">":
-                    arr = arr.astype(arr.dtype.newbyteorder("<"))
-                if not arr.flags.c_contiguous:
-                    arr = np.ascontiguousarray(arr)
-                if arr.nbytes <= INLINE_MAX:
-                    specs.append((name, arr.dtype.str, arr.shape, arr.tobytes()))
-                else:
-                    specs.append((name, arr.dtype.str, arr.shape, len(frames)))
-                    frames.append(arr.data)
+            _per_array(arrays.items(), frames, specs)
     header = {
         "v": PROTOCOL_VERSION,
         "k": int(kind),
@@ -88,11 +86,104 @@ def encode(msg: Message, t: float | None = None) -> list:
         "f": fields,
         "a": specs,
     }
+    if packed is not None:
+        header["p"] = packed
     frames[0] = msgpack.packb(header, use_bin_type=True)
     return frames
 
 
+def _per_array(items, frames: list, specs: list) -> None:
+    """Each array described on its own: inline bytes when small, else a frame."""
+    for name, arr in items:
+        if type(arr) is not np.ndarray:
+            arr = np.asarray(arr)
+        if arr.dtype.byteorder == ">":
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+        if not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr)
+        if arr.nbytes <= INLINE_MAX:
+            specs.append((name, arr.dtype.str, arr.shape, arr.tobytes()))
+        else:
+            specs.append((name, arr.dtype.str, arr.shape, len(frames)))
+            frames.append(arr.data)
+
+
+# Experience travels packed: the small arrays of a fragment or batch are copied
+# once into one frame, described by a layout (msgpack of [[name, dtype, shape],
+# ...]) that repeats message after message, so both ends look it up instead of
+# handling each array. Large arrays still travel as frames of their own.
+_PACK_KINDS = frozenset({Kind.FRAGMENT, Kind.BATCH})
+_ENC_LAYOUTS: dict[tuple, tuple[bytes, tuple, tuple, bool] | None] = {}
+_ZEROS = b"\0" * ALIGN
+
+
+def _enc_layout(key: tuple):
+    """(layout bytes, padding after each array, which travel as frames, whether there
+    is neither padding nor a large array), or None when
+    the arrays are not plain little-endian allowed dtypes (the per-array path fixes
+    them) or none is small."""
+    entries, pads, big, off = [], [], [], 0
+    for name, dtype, shape in key:
+        if dtype.str not in _DTYPES or type(name) is not str:
+            return None
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        big.append(n > INLINE_MAX)
+        if big[-1]:
+            pads.append(0)
+            continue
+        entries.append([name, dtype.str, list(shape)])
+        off += n
+        pads.append(-off % ALIGN)
+        off += pads[-1]
+    if not entries:
+        return None
+    return (msgpack.packb(entries, use_bin_type=True), tuple(pads), tuple(big),
+            not any(pads) and not any(big))
+
+
+def _pack(arrays, frames: list, specs: list) -> list | None:
+    """The packed form of `arrays` into `frames`/`specs`; None when it does not apply."""
+    try:
+        key = tuple([(name, a.dtype, a.shape) for name, a in arrays.items()])
+        hit = _ENC_LAYOUTS[key]
+    except (AttributeError, TypeError):  # not all ndarrays: the per-array path
+        return None
+    except KeyError:
+        hit = _enc_layout(key)
+        if len(_ENC_LAYOUTS) < 4096:
+            _ENC_LAYOUTS[key] = hit
+    if hit is None:
+        return None
+    layout, pads, big, simple = hit
+    if simple:  # no padding, no large array: one join of the buffers
+        try:
+            frames.append(b"".join([a.data for a in arrays.values()]))
+            return [layout, len(frames) - 1]
+        except (BufferError, ValueError, TypeError):  # a strided array: the long way
+            pass
+    parts: list = []
+    large = []
+    for (name, a), pad, b in zip(arrays.items(), pads, big):
+        if b:
+            large.append((name, a))
+            continue
+        parts.append(a.data)
+        if pad:
+            parts.append(_ZEROS[:pad])
+    try:
+        blob = b"".join(parts)
+    except (BufferError, ValueError, TypeError):  # a strided array: made contiguous
+        blob = b"".join(np.ascontiguousarray(p).data if isinstance(p, memoryview) else p
+                        for p in parts)
+    ref = len(frames)
+    frames.append(blob)
+    _per_array(large, frames, specs)
+    return [layout, ref]
+
+
 def _buffer(frame) -> memoryview:
+    if type(frame) is bytes:
+        return memoryview(frame)
     buf = getattr(frame, "buffer", None)  # zmq.Frame received with copy=False
     if buf is None:
         buf = frame
@@ -113,8 +204,12 @@ def decode(frames) -> Message:
         raise WireError(f"malformed message: {type(e).__name__}: {e}"[:300]) from None
 
 
+_SEQUENCES = (list, tuple)
+_HEADER_KEYS = frozenset({"v", "k", "src", "seq", "t", "f", "a", "p"})
+
+
 def _decode(frames) -> Message:  # noqa: C901 - a linear list of checks
-    if not isinstance(frames, list | tuple) or not frames:
+    if not isinstance(frames, _SEQUENCES) or not frames:
         raise WireError("expected a non-empty list of frames")
     if len(frames) > MAX_ARRAYS + 1:
         raise WireError(f"too many frames: {len(frames)}")
@@ -132,8 +227,8 @@ def _decode(frames) -> Message:  # noqa: C901 - a linear list of checks
         raise WireError("header is not a map")
     if h.get("v") != PROTOCOL_VERSION or type(h.get("v")) is not int:
         raise WireError(f"protocol version {str(h.get('v'))[:20]!r}, expected {PROTOCOL_VERSION}")
-    extra = set(h) - {"v", "k", "src", "seq", "t", "f", "a"}
-    if extra:
+    if not h.keys() <= _HEADER_KEYS:
+        extra = set(h) - _HEADER_KEYS
         raise WireError(f"unknown header keys {sorted(map(str, extra))[:4]}")
     k = h.get("k")
     if type(k) is not int or k not in KINDS:
@@ -144,18 +239,22 @@ def _decode(frames) -> Message:  # noqa: C901 - a linear list of checks
     if type(fields) is not dict:
         raise WireError(f"{where}: fields are not a map")
     kwargs = _check_fields(_SCHEMAS[k], fields, where)
-    kwargs["src"] = _v_str(h.get("src", ""), f"{where}.src")
-    kwargs["seq"] = _v_int(h.get("seq", 0), f"{where}.seq")
-    kwargs["t"] = _v_float(h.get("t", 0.0), f"{where}.t")
-    if not math.isfinite(kwargs["t"]):
+    src, seq, t = h.get("src", ""), h.get("seq", 0), h.get("t", 0.0)
+    if type(src) is not str or len(src) > MAX_STR or type(seq) is not int \
+            or type(t) is not float:  # the slow path names what is wrong
+        src, seq = _v_str(src, f"{where}.src"), _v_int(seq, f"{where}.seq")
+        t = _v_float(t, f"{where}.t")
+    if not math.isfinite(t):
         raise WireError(f"{where}.t: not finite")
+    kwargs["src"], kwargs["seq"], kwargs["t"] = src, seq, t
     specs = h.get("a", [])
+    packed = h.get("p")
     if type(specs) is not list or len(specs) > MAX_ARRAYS:
         raise WireError(f"{where}: bad array list")
-    if specs and not _HAS_ARRAYS[k]:
+    if (specs or packed is not None) and not _HAS_ARRAYS[k]:
         raise WireError(f"{where}: carries no arrays")
     if _HAS_ARRAYS[k]:
-        kwargs["arrays"] = _decode_arrays(specs, bufs, where)
+        kwargs["arrays"] = _decode_arrays(specs, packed, bufs, where)
     elif len(bufs) > 1:
         raise WireError(f"{where}: {len(bufs) - 1} unexpected frames")
     return cls(**kwargs)
@@ -181,9 +280,60 @@ def _check_spec(name, dt, shape, where: str) -> tuple[np.dtype, tuple, int]:
     return dtype, tuple(shape), count * dtype.itemsize
 
 
-def _decode_arrays(specs: list, bufs: list, where: str) -> LazyArrays:
+_DEC_LAYOUTS: dict[bytes, tuple[dict, int]] = {}  # validated packed layouts, bounded
+
+
+def _dec_layout(layout, where: str) -> tuple[dict, int]:
+    """Validate a packed layout: {name: (dtype, shape, offset, nbytes)}, total size."""
+    if type(layout) is not bytes:
+        raise WireError(f"{where}: bad packed layout")
+    hit = _DEC_LAYOUTS.get(layout)
+    if hit is not None:
+        return hit
+    try:
+        entries = msgpack.unpackb(layout, raw=False, strict_map_key=True, use_list=True,
+                                  max_bin_len=MAX_HEADER_BYTES, max_str_len=MAX_HEADER_BYTES)
+    except Exception as e:
+        raise WireError(f"{where}: packed layout is not msgpack: {type(e).__name__}") from None
+    if type(entries) is not list or not entries or len(entries) > MAX_ARRAYS:
+        raise WireError(f"{where}: bad packed layout")
+    index: dict[str, tuple] = {}
+    off = 0
+    for e in entries:
+        if type(e) is not list or len(e) != 3 or type(e[2]) is not list:
+            raise WireError(f"{where}: bad packed array description")
+        dtype, shape, n = _check_spec(e[0], e[1], e[2], where)
+        if e[0] in index:
+            raise WireError(f"{where}: array {e[0][:40]!r} twice")
+        index[e[0]] = (dtype, shape, off, n)
+        off += n + (-n % ALIGN)
+    hit = (index, off)
+    if len(layout) <= 64 * 1024 and len(_DEC_LAYOUTS) < 4096:
+        _DEC_LAYOUTS[layout] = hit
+    return hit
+
+
+def _decode_packed(packed, bufs: list, where: str, used: set) -> tuple[tuple, dict]:
+    """((layout, buffer), index) of the packed arrays: checked, nothing built."""
+    if type(packed) is not list or len(packed) != 2:
+        raise WireError(f"{where}: bad packed arrays")
+    index, total = _dec_layout(packed[0], where)
+    ref = packed[1]
+    if type(ref) is not int or not 1 <= ref < len(bufs):
+        raise WireError(f"{where}: bad packed data reference")
+    used.add(ref)
+    blob = bufs[ref]
+    if len(blob) != total:
+        raise WireError(f"{where}: packed data of {len(blob)} bytes, layout needs {total}")
+    return (packed[0], blob), index
+
+
+def _decode_arrays(specs: list, packed, bufs: list, where: str) -> LazyArrays:
     arrays: dict[str, tuple] = {}
-    used = set()
+    used: set = set()
+    keep, index = None, {}
+    if packed is not None:
+        keep, index = _decode_packed(packed, bufs, where, used)
     for spec in specs:
         if type(spec) is not list or len(spec) != 4:
             raise WireError(f"{where}: bad array description")
@@ -203,7 +353,7 @@ def _decode_arrays(specs: list, bufs: list, where: str) -> LazyArrays:
             if key is not None and len(_SPECS) < 4096:
                 _SPECS[key] = hit
         dtype, shp, nbytes = hit
-        if name in arrays:
+        if name in arrays or name in index:
             raise WireError(f"{where}: array {name[:40]!r} twice")
         if type(data) is bytes:
             buf = data
@@ -217,4 +367,4 @@ def _decode_arrays(specs: list, bufs: list, where: str) -> LazyArrays:
         arrays[name] = (dtype, shp, buf)
     if len(used) != len(bufs) - 1:
         raise WireError(f"{where}: {len(bufs) - 1 - len(used)} frames not described")
-    return LazyArrays(arrays)
+    return LazyArrays(arrays, keep, index)

@@ -12,6 +12,7 @@ import numpy as np
 
 PROTOCOL_VERSION = 1
 INLINE_MAX = 64 * 1024  # arrays above this travel as their own frame
+ALIGN = 8  # packed arrays start at multiples of this many bytes
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 MAX_HEADER_BYTES = 32 * 1024 * 1024
 MAX_ARRAYS = 512
@@ -28,39 +29,55 @@ _DTYPES = {s: np.dtype(s) for s in ALLOWED_DTYPES}
 
 class LazyArrays(Mapping):
     """Decoded arrays, checked at decode but built on first access (np.frombuffer,
-    no copy). A shard that only forwards a fragment never builds them at all."""
+    no copy). A shard that only forwards a fragment never builds them at all.
+    Arrays described one by one are in `specs` (name -> dtype, shape, buffer);
+    packed ones are `index` entries (name -> dtype, shape, offset, size) into
+    `packed` = (layout, buffer), forwarded as they came."""
 
-    __slots__ = ("_specs", "_built")
+    __slots__ = ("_specs", "_built", "packed", "_index")
 
-    def __init__(self, specs: dict[str, tuple[np.dtype, tuple, Any]]):
+    def __init__(self, specs: dict[str, tuple[np.dtype, tuple, Any]],
+                 packed: tuple[bytes, Any] | None = None, index: dict | None = None):
         self._specs = specs
         self._built: dict[str, np.ndarray] = {}
+        self.packed = packed
+        self._index: dict[str, tuple[np.dtype, tuple, int, int]] = index or {}
+
+    def _spec(self, name: str) -> tuple[np.dtype, tuple, Any]:
+        e = self._index.get(name)
+        if e is None:
+            return self._specs[name]
+        dtype, shape, off, n = e
+        return dtype, shape, self.packed[1][off:off + n]
 
     def __getitem__(self, name: str) -> np.ndarray:
         arr = self._built.get(name)
         if arr is None:
-            dtype, shape, buf = self._specs[name]
+            dtype, shape, buf = self._spec(name)
             arr = (np.empty(shape, dtype) if not len(buf)
                    else np.frombuffer(buf, dtype=dtype).reshape(shape))
             self._built[name] = arr
         return arr
 
     def __iter__(self):
-        return iter(self._specs)
+        yield from self._index
+        yield from self._specs
 
     def __len__(self) -> int:
-        return len(self._specs)
+        return len(self._index) + len(self._specs)
 
     def __contains__(self, name) -> bool:
-        return name in self._specs
+        return name in self._index or name in self._specs
 
-    def raw(self):
-        """(name, dtype str, shape, buffer) without building arrays: for re-encoding."""
-        for name, (dtype, shape, buf) in self._specs.items():
+    def raw(self, unpacked_only: bool = False):
+        """(name, dtype str, shape, buffer) without building arrays: for re-encoding;
+        `unpacked_only`: not those that arrived packed (they travel as they came)."""
+        for name in ((*self._specs,) if unpacked_only else self):
+            dtype, shape, buf = self._spec(name)
             yield name, dtype.str, shape, buf
 
     def __repr__(self) -> str:
-        return f"LazyArrays({ {k: (v[0].str, v[1]) for k, v in self._specs.items()} })"
+        return f"LazyArrays({ {k: (self._spec(k)[0].str, self._spec(k)[1]) for k in self} })"
 
 
 class WireError(Exception):

@@ -16,6 +16,7 @@ from verl_zmq.config import Job
 from verl_zmq.ops import tb
 from verl_zmq.ops.runview import RunView
 
+from .affinity import cpu_specs
 from .plan import Plan
 from .remote import RoleProcess, full_argv, make_bundle
 
@@ -89,10 +90,12 @@ class Supervisor:
         self.logs = run_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         bundle = make_bundle(job_text, keys)
+        cpus = cpu_specs(job, plan)  # learners' own cores; the rest for everyone else
         self.procs = [
             RoleProcess(p, full_argv(job, plan, p, run_dir), bundle,
                         self.logs / f"{p.member_id}.jsonl", self.logs / f"{p.member_id}.err",
-                        env=self._env(p.role),
+                        env={**self._env(p.role),
+                             **({"VERL_CPUS": cpus[p.member_id]} if p.member_id in cpus else {})},
                         spare_argv=full_argv(job, plan, p, run_dir, standby=True)
                         if p.role in job.launch.standby else None)
             for p in plan.placements

@@ -28,6 +28,19 @@ def test_a_sampler_ships_its_share_of_each_update_plus_its_lead():
     assert p.base == 1 and _ship_all(p) == 1
 
 
+def test_lost_fragments_are_forgiven_and_a_shard_change_counts_afresh():
+    p = Pacer(share=1.0, lead=1)
+    p.heard(5)
+    assert _ship_all(p) == 1
+    p.shipped_one(forgiven=True)  # shipped on a timeout: stands in for a lost one
+    p.heard(6)
+    assert _ship_all(p) == 1  # the budget is as if the lost fragment had arrived
+    p.reset()  # a shard left with what it held
+    assert _ship_all(p) == 1  # the lead again, counted from the next version heard
+    p.heard(6)
+    assert p.base == 6
+
+
 def test_fractional_shares_add_up():
     p = Pacer(share=0.5, lead=2)  # 8 samplers share a batch of 4 fragments
     p.heard(10)

@@ -33,11 +33,20 @@ class Pacer:
             self.latest = max(self.latest, version)
 
     def may_ship(self) -> bool:
-        done = self.latest - (self.base or 0)
+        done = self.latest - (self.latest if self.base is None else self.base)
         return self.shipped < (done + self.lead) * self.share
 
-    def shipped_one(self) -> None:
-        self.shipped += 1
+    def shipped_one(self, forgiven: bool = False) -> None:
+        """Count a shipped fragment; `forgiven`: shipped because the learner made no
+        progress for a while (fragments were lost: a shard died with them), so it
+        stands in for a lost one and does not count against the budget."""
+        if not forgiven:
+            self.shipped += 1
+
+    def reset(self) -> None:
+        """Count afresh from the next version heard (a shard came or went: what it
+        held is gone, and the learner waits for fragments no budget would allow)."""
+        self.base, self.shipped = None, 0
 
 
 def make_pacer(job) -> Pacer | None:

@@ -60,6 +60,22 @@ def standby(role: str) -> bool:
     return bool(sys.stdin.buffer.peek(1))
 
 
+def apply_cpus(spec: str) -> list[int] | None:
+    """Pin this process as the launcher's VERL_CPUS spec says ("<reserved>:<own
+    indexes>", see launcher/affinity.py); None when there is nothing to do, or too
+    few cores here to reserve any (every role then shares them all)."""
+    if not spec or not hasattr(os, "sched_setaffinity"):
+        return None
+    reserved, _, own = spec.partition(":")
+    allowed = sorted(os.sched_getaffinity(0))
+    k = int(reserved)
+    if len(allowed) <= k:
+        return None
+    cpus = [allowed[int(i)] for i in own.split(",")] if own else allowed[:len(allowed) - k]
+    os.sched_setaffinity(0, cpus)
+    return cpus
+
+
 def limit_memory(spec: str) -> None:
     """Cap this process's address space (`resources.<role>.memory`, e.g. "2GB")."""
     if not spec:
@@ -95,6 +111,12 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
     log = setup_logging(spec.role, spec.member_id, spec.group, inc, job.logging.level,
                         stream=log_stream)
     res = getattr(job.resources, spec.role, None)
+    try:
+        cpus = apply_cpus(os.environ.get("VERL_CPUS", ""))
+        if cpus is not None:
+            log.info("cpu_affinity", cpus=cpus)
+    except (ValueError, IndexError, OSError) as e:  # never fail a role over its pinning
+        log.warning("cpu_affinity_failed", spec=os.environ.get("VERL_CPUS"), error=str(e))
     try:
         if res is not None:
             limit_memory(res.memory)

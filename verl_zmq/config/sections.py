@@ -273,7 +273,7 @@ class Launch:
 class RoleResources:
     """What one role may use: threads, memory ("2GB"), GPUs."""
 
-    cpu: int = 0  # 0: role default
+    cpu: int = 0  # threads; a learner's or peer's cores of its own (affinity); 0: default
     memory: str = ""  # empty: no limit
     gpu: int = 0
 

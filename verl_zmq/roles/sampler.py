@@ -189,7 +189,10 @@ class SamplerRole(Role):
                   self.group_members("replay").values()}
         learners = {m.id: m.endpoints.get("params", "") for m in members.values()
                     if m.group == self.ctx.group and m.role in ("learner", "peer")}
+        before = dict(self.shards)
         reconnect(self.push, self.shards, shards, self.log, "shard")
+        if self.pacer is not None and before and self.shards != before:
+            self.pacer.reset()  # what a shard that left held is lost: count afresh
         reconnect(self.sub, self.learners, learners, self.log, "learner")
         if self.shards:
             self.shard_ready.set()
@@ -220,16 +223,20 @@ class SamplerRole(Role):
                 self.param_waits_timed_out += 1
                 return
 
-    async def _wait_for_budget(self, timeout: float) -> None:
-        """Paced: wait until the learner's versions allow another fragment."""
+    async def _wait_for_budget(self, timeout: float) -> bool:
+        """Paced: wait until the learner's versions allow another fragment; False
+        when `timeout` passed without that (the learner is gone, or it waits for
+        fragments that were lost): ship one anyway, outside the budget."""
+        deadline = time.monotonic() + timeout  # republished params wake us: one deadline
         while not self.pacer.may_ship():
             self.new_params.clear()
             try:
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                     await self.new_params.wait()
-            except TimeoutError:  # the learner is gone: go on, it may come back
+            except TimeoutError:
                 self.param_waits_timed_out += 1
-                return
+                return False
+        return True
 
     async def _collect_loop(self) -> None:
         S = self.job.sampling
@@ -240,8 +247,9 @@ class SamplerRole(Role):
                       fragment_length=self.collector.T)
         while True:
             t0 = time.monotonic()
+            in_budget = True
             if self.pacer is not None:
-                await self._wait_for_budget(timeout)
+                in_budget = await self._wait_for_budget(timeout)
             elif ahead and shipped >= ahead:
                 await self._wait_for_params(timeout)
             self.param_wait_s += time.monotonic() - t0
@@ -259,7 +267,7 @@ class SamplerRole(Role):
             self.fragments += 1
             shipped += 1
             if self.pacer is not None:
-                self.pacer.shipped_one()
+                self.pacer.shipped_one(forgiven=not in_budget)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:

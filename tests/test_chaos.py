@@ -1,7 +1,7 @@
 """A short chaos run on the CartPole PPO job (`tools/chaos.py`): one kill -9 of
 each kind of role (sampler, replay shard, learner, evaluator, registry) at
-seeded moments; each is restarted and training recovers; the job then reaches
-its target."""
+seeded moments; each is restarted (the learner on its warm spare) and training
+recovers; the job then reaches its target."""
 
 from __future__ import annotations
 
@@ -23,4 +23,6 @@ def test_every_kind_killed_once_recovers_and_the_job_reaches_its_target():
     assert sorted(row[0] for row in rows) == ["evaluator", "learner", "registry", "replay",
                                               "sampler"]
     assert all(row[3] == "True" and row[5] != "NOT" for row in rows), r.stdout
+    # the learner is killed once its warm spare is up: the spare takes over
+    assert [row[4] for row in rows if row[0] == "learner"] == ["True"], r.stdout
     assert "recovered 5/5" in r.stdout and "reached" in r.stdout

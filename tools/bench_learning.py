@@ -15,10 +15,11 @@ lambda, entropy, epochs, batch, schedules), so the systems are compared.
     python tools/bench_learning.py dapo-cartpole [--seeds 0 1 2]
     python tools/bench_learning.py bc-cartpole [--seeds 0 1 2]
 
-`dapo-cartpole` compares decentralised DAPO (4 peers, one sampler of 8 envs
-each) with single-learner PPO fed by the same 4 samplers of 8 envs, same
-hyperparameters: total env steps (all peers together) and wall seconds until
-every peer has an evaluation at or above the target, against PPO's first.
+`dapo-cartpole` runs `tools/bench_dapo.py`: decentralised DAPO (4 peers, one
+sampler of 8 envs each) as shipped, with the group's batch shared and exact
+mixing, and with mixing off, against single-learner PPO fed by the same 4 x 8
+envs with the global batch and with 4 times it: total env steps (all trainers
+together) until every trainer has an evaluation at or above the target.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _jobs import ROOT, events, launch, sampling_start, time_to_return
+from _jobs import ROOT, launch, sampling_start, time_to_return
 
 # rl-baselines3-zoo hyperparameters (hyperparams/ppo.yml, CartPole-v1)
 ZOO = {
@@ -128,70 +129,6 @@ def run_ours(cfg: dict, seed: int, target: float) -> dict:
             "best": summary.get("best_eval_return")}
 
 
-DAPO_JOB = "configs/cartpole_dapo.toml"
-# single-learner PPO with DAPO's hyperparameters and the same 4 x 8 envs
-PPO_LIKE_DAPO = ["sampling.num_workers=4", "sampling.num_envs_per_worker=8",
-                 "sampling.fragment_length=32", "replay.capacity=1024",
-                 "algorithm.params.clip_range=0.2", 'algorithm.params.clip_schedule="constant"',
-                 "evaluation.interval_steps=10000", "training.total_timesteps=400000"]
-
-
-def _dapo_ppo_overrides() -> list[str]:
-    """The DAPO job's PPO hyperparameters, as overrides of the same file for PPO."""
-    import tomllib
-
-    raw = tomllib.loads((ROOT / DAPO_JOB).read_text())["algorithm"]["params"]
-    drop = {"clip_low", "clip_high", "loss_agg", "dynamic_sampling", "dynamic_tolerance",
-            "max_fill_batches"}
-    return [f"algorithm.params.{k}={json.dumps(v)}" for k, v in raw.items() if k not in drop]
-
-
-def run_dapo_side(seed: int, target: float, ppo: bool) -> dict:
-    """(wall s to target, total env steps to target) for DAPO or its PPO baseline."""
-    over = [f"experiment.seed={seed}", f"evaluation.stop_at_return={target}"]
-    if ppo:
-        over += PPO_LIKE_DAPO + _dapo_ppo_overrides()
-    with tempfile.TemporaryDirectory() as tmp:
-        run = Path(tmp) / "run"
-        t0 = time.time()
-        launch(ROOT / ("configs/cartpole_ppo.toml" if ppo else DAPO_JOB), run, over,
-               timeout=3600)
-        wall = time.time() - t0
-        evs = [e for e in events(run / "logs" / "evaluator-0.jsonl")
-               if e.get("event") == "evaluated"]
-        first = sampling_start(run)
-    latest: dict[str, int] = {}
-    reached: set[str] = set()
-    trainers = {e.get("member") for e in evs}
-    for e in evs:  # walk evaluations in time order until every trainer has reached it
-        latest[e["member"]] = int(e["env_steps"])
-        if e["eval/return_mean"] >= target:
-            reached.add(e["member"])
-        if reached and reached == trainers and (ppo or len(trainers) > 1):
-            return {"to_target_s": e["ts"] - first if first is not None else None,
-                    "steps": sum(latest.values()), "wall_s": wall}
-    return {"to_target_s": None, "steps": None, "wall_s": wall}
-
-
-def bench_dapo(seeds: list[int], target: float) -> None:
-    print(f"{'who':<6}{'seed':>5}{'s to target':>13}{'process s':>11}{'total steps':>13}")
-    rows = {"dapo": [], "ppo": []}
-    for seed in seeds:
-        for who in ("dapo", "ppo"):
-            r = run_dapo_side(seed, target, who == "ppo")
-            rows[who].append(r)
-            print(f"{who:<6}{seed:>5}{fmt(r['to_target_s']):>13}{r['wall_s']:>11.1f}"
-                  f"{fmt(r['steps'], ','):>13}", flush=True)
-    for key, what in (("steps", "total env steps"), ("to_target_s", "wall s from first step")):
-        d = [r[key] for r in rows["dapo"]]
-        p = [r[key] for r in rows["ppo"]]
-        if all(x is not None for x in d + p):
-            print(f"mean {what}: dapo {sum(d) / len(d):,.0f}, ppo {sum(p) / len(p):,.0f}, "
-                  f"ratio dapo/ppo {sum(d) / sum(p):.2f}")
-        else:
-            print(f"mean {what}: a run did not reach {target} (> budget)")
-
-
 def bench_bc(seeds: list[int], target: float) -> None:
     """PPO with a behaviour-cloning term (mixing_ratio 0.3) on 10 demonstration
     episodes of a trained CartPole policy, against PPO without, same seeds."""
@@ -244,9 +181,14 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[],
                     help="a job override for ours, after the zoo's (section.key=value)")
     args = ap.parse_args()
-    if args.bench in ("dapo-cartpole", "bc-cartpole"):
-        bench = bench_dapo if args.bench == "dapo-cartpole" else bench_bc
-        bench(args.seeds, args.target if args.target is not None else 475.0)
+    if args.bench == "dapo-cartpole":  # its arms live in bench_dapo.py
+        import bench_dapo
+
+        bench_dapo.main(["--seeds", *map(str, args.seeds), "--target",
+                         str(args.target if args.target is not None else 475.0)])
+        return
+    if args.bench == "bc-cartpole":
+        bench_bc(args.seeds, args.target if args.target is not None else 475.0)
         return
     cfg = ZOO[args.bench]
     if importlib.util.find_spec("stable_baselines3") is None:

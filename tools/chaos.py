@@ -8,7 +8,10 @@ other kinds, to the first learner/peer metrics showing a param version above the
 one before the kill after the member is back; then whether the job reached its
 return target afterwards.
 
-    python tools/chaos.py [JOB] [--seed 0] [--rounds 1] [--target 475]
+A learner or peer is killed once its warm spare is up (`--cold`: at once, a
+cold restart when the spare is not there yet).
+
+    python tools/chaos.py [JOB] [--seed 0] [--rounds 1] [--target 475] [--cold]
     python tools/chaos.py --kinds registry --rounds 6    # one kind, again and again
 """
 
@@ -48,6 +51,10 @@ class Run:
                    if e["member"] == member and "pid" in e]
         return max(started, key=lambda e: e["ts"])["pid"]
 
+    def started_at(self, member: str, pid: int) -> float:
+        return max(e["ts"] for e in self.launcher("role_started") + self.launcher("role_restarted")
+                   if e["member"] == member and e.get("pid") == pid)
+
     def progress(self) -> list[tuple[float, int]]:
         """(time, param version) from every learner's and peer's metrics."""
         out = []
@@ -73,8 +80,14 @@ def wait(pred, timeout: float, step: float = 0.25):
     return None
 
 
-def kill_one(r: Run, member: str, recover_s: float) -> dict:
-    """kill -9 `member`; wait until it is back and a new param version is out."""
+def kill_one(r: Run, member: str, recover_s: float, await_spare: bool = True) -> dict:
+    """kill -9 `member`; wait until it is back and a new param version is out. A
+    member that keeps a warm spare (launch.standby) is killed once its spare is up
+    (at most 60 s of waiting), unless `await_spare` is off."""
+    if await_spare and r.members().get(member) in ("learner", "peer"):
+        pid_now = r.pid(member)
+        wait(lambda: any(e["member"] == member and e["ts"] > r.started_at(member, pid_now)
+                         for e in r.launcher("spare_started")), 60)
     before = max((v for _, v in r.progress()), default=0)
     pid = r.pid(member)
     t_kill = time.time()
@@ -107,6 +120,8 @@ def main() -> int:
                     help="seconds between kills, drawn uniformly")
     ap.add_argument("--recover-s", type=float, default=90.0)
     ap.add_argument("--set", dest="extra", action="append", default=[])
+    ap.add_argument("--cold", action="store_true",
+                    help="kill learners and peers without waiting for their warm spares")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
@@ -140,7 +155,7 @@ def chaos(r: Run, args, rng: random.Random) -> int:
     for kind in schedule:
         time.sleep(rng.uniform(*args.gap))
         member = rng.choice(sorted(m for m, role in r.members().items() if role == kind))
-        row = kill_one(r, member, args.recover_s)
+        row = kill_one(r, member, args.recover_s, not args.cold)
         rows.append(row)
         rec = f"{row['recover_s']:.1f}" if row["recover_s"] is not None else "NOT"
         print(f"{kind:<10}{member:<14}{row['t'] - t0:>7.1f}{str(row['restarted']):>11}"

@@ -76,6 +76,17 @@ def apply_cpus(spec: str) -> list[int] | None:
     return cpus
 
 
+def pin(log) -> None:
+    """Apply the launcher's VERL_CPUS and log it; never fail a role over its pinning."""
+    spec = os.environ.get("VERL_CPUS", "")
+    try:
+        cpus = apply_cpus(spec)
+        if cpus is not None:
+            log.info("cpu_affinity", cpus=cpus)
+    except (ValueError, IndexError, OSError) as e:
+        log.warning("cpu_affinity_failed", spec=spec, error=str(e))
+
+
 def limit_memory(spec: str) -> None:
     """Cap this process's address space (`resources.<role>.memory`, e.g. "2GB")."""
     if not spec:
@@ -111,12 +122,7 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
     log = setup_logging(spec.role, spec.member_id, spec.group, inc, job.logging.level,
                         stream=log_stream)
     res = getattr(job.resources, spec.role, None)
-    try:
-        cpus = apply_cpus(os.environ.get("VERL_CPUS", ""))
-        if cpus is not None:
-            log.info("cpu_affinity", cpus=cpus)
-    except (ValueError, IndexError, OSError) as e:  # never fail a role over its pinning
-        log.warning("cpu_affinity_failed", spec=os.environ.get("VERL_CPUS"), error=str(e))
+    pin(log)
     try:
         if res is not None:
             limit_memory(res.memory)

@@ -3,6 +3,7 @@ default; the comment beside a key is its reference note (tools/gen_reference.py)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -232,7 +233,11 @@ class Gossip:
     max_queue_size: int = 8
     priority_fn: str = "reward"
     sync_interval: int = 5
-    mixing: Literal["uniform", "reward_softmax"] = "uniform"
+    # exact: every sync_interval updates, average with all neighbours (rounds); else
+    # mix what pulls brought, uniform or by reward
+    mixing: Literal["exact", "uniform", "reward_softmax"] = "uniform"
+    round_deadline_s: float = 0.0  # exact: wait this long for a round; 0: heartbeats
+    share_batch: bool = False  # batch, steps and eval interval are the group's: 1/peers each
     mix_rate: float = 0.5
     staleness_updates: int = 50
     compression: Literal["none", "fp16", "terngrad", "topk_delta"] = "none"
@@ -324,3 +329,20 @@ class Job:
     @property
     def fragment_steps(self) -> int:
         return self.sampling.fragment_length * self.sampling.num_envs_per_worker
+
+    def peer_view(self) -> Job:
+        """What one gossip peer, its samplers and the evaluator run: with
+        `gossip.share_batch` the job's batch, minibatch, total env steps and
+        evaluation interval are the whole group's (what one learner would use), and
+        each of `launch.peers` peers takes its share: its schedules then run on the
+        group's progress, and evaluations come as often as one learner's."""
+        k = self.launch.peers
+        if not (self.gossip.share_batch and self.traits.decentralised and k > 1):
+            return self
+        p, r = self.algorithm.params, dataclasses.replace
+        return r(self, algorithm=r(self.algorithm, params=r(
+            p, batch_size=-(-p.batch_size // k), minibatch_size=-(-p.minibatch_size // k))),
+            training=r(self.training,
+                       total_timesteps=-(-self.training.total_timesteps // k)),
+            evaluation=r(self.evaluation,
+                         interval_steps=-(-self.evaluation.interval_steps // k)))

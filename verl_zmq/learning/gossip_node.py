@@ -29,6 +29,7 @@ import zmq
 from .. import compress, gossip, wire
 from ..messaging import WireStats, recv, send
 from ..specs import index_of
+from .round_mix import RoundMixer
 from .trainer import Trainer
 
 FORGET_DEAD_S = 30.0  # a peer found dead is not re-learned from gossip for this long
@@ -63,6 +64,8 @@ class GossipNode:
         self._fp_cache: tuple[tuple[int, float], str] = ((-1, 0.0), "")
         self._registry_peers: dict[str, wire.Member] = {}
         self.bootstrapped = asyncio.Event()
+        self.mixer = RoundMixer(self, G.round_deadline_s or self._timeout()) \
+            if G.mixing == "exact" else None
 
     # -- who is out there ---------------------------------------------------------------
 
@@ -108,7 +111,7 @@ class GossipNode:
         else:
             self.transport.close_socket(ep_sock[1])
 
-    def _dealer(self, pid: str):
+    def dealer(self, pid: str):
         ep = self.peers[pid].endpoints["gossip"]
         cur = self.out.get(pid)
         if cur is None or cur[0] != ep:
@@ -123,27 +126,27 @@ class GossipNode:
 
     # -- what this peer holds -----------------------------------------------------------
 
-    def _own(self) -> dict[str, np.ndarray]:
+    def own_arrays(self) -> dict[str, np.ndarray]:
         """What travels: the policy's arrays, and the observation statistics they were
         trained with (mixed alike, so a mixed policy sees what it expects)."""
         return {k: (v.astype(np.float32) if k.startswith("obs_rms/") else v)
                 for k, v in self.trainer.arrays().items()}
 
-    def _fingerprint(self) -> str:
+    def fingerprint(self) -> str:
         # params change only at an update or a mix, both of which bump the version; the
         # observation statistics that travel with them change as fragments arrive
         t = self.trainer
         key = (t.state.version, t.rms.count if self.job.environment.normalize_obs else 0.0)
         if self._fp_cache[0] != key:
-            self._fp_cache = (key, gossip.fingerprint(self._own()))
+            self._fp_cache = (key, gossip.fingerprint(self.own_arrays()))
         return self._fp_cache[1]
 
-    def _reward(self) -> float:
+    def reward(self) -> float:
         return self.trainer.mean_return()
 
     def _hello(self, reply: bool) -> wire.GossipHello:
-        return wire.GossipHello(reply=reply, fingerprint=self._fingerprint(),
-                                reward=self._reward(), version=self.trainer.state.version,
+        return wire.GossipHello(reply=reply, fingerprint=self.fingerprint(),
+                                reward=self.reward(), version=self.trainer.state.version,
                                 env_steps=self.trainer.state.env_steps,
                                 members=self._members())
 
@@ -162,7 +165,7 @@ class GossipNode:
                                       topology=G.topology, alive=alive)[index_of(self.id)]
             return [by_index[int(j)] for j in row if j >= 0 and by_index[int(j)] != self.id]
         rewards = np.array([self.info.get(i, {}).get("reward", 0.0) for i in ids[:-1]]
-                           + [self._reward()])
+                           + [self.reward()])
         row = gossip.select_round(G.selection_strategy, len(ids), G.neighbor_count,
                                   self.round, self.grng, rewards=rewards,
                                   temperature=G.temperature)[len(ids) - 1]
@@ -198,7 +201,7 @@ class GossipNode:
     async def _exchange(self, pid: str) -> None:
         try:
             if pid in self.peers:
-                await self._exchange_once(pid, self._dealer(pid))
+                await self._exchange_once(pid, self.dealer(pid))
         finally:
             self.busy.discard(pid)
             for orphan in self.orphans.pop(pid, []):  # dropped or replaced meanwhile
@@ -216,7 +219,7 @@ class GossipNode:
             self._no_reply(pid, sock)
             return
         self._heard(pid, hello)
-        if hello.fingerprint in (self._fingerprint(), self.recv_fp.get(pid)):
+        if hello.fingerprint in (self.fingerprint(), self.recv_fp.get(pid)):
             self.stats["pulls_skipped"] += 1
             self.log.info("gossip_pull_skipped", member=pid, round=self.round,
                           version=hello.version)
@@ -237,7 +240,7 @@ class GossipNode:
             self._learn(m, "gossip")
 
     def _take_params(self, pid: str, msg: wire.GossipParams, base) -> None:
-        own = self._own()
+        own = self.own_arrays()
         try:
             arrays = compress.decode(dict(msg.arrays), msg.compression, base, own)
             why = gossip.check_like(arrays, own)
@@ -269,8 +272,12 @@ class GossipNode:
             if isinstance(msg, wire.GossipHello):
                 self._heard(msg.src, msg)
                 reply = self._hello(True)
+            elif not msg.request:  # a round's push (exact mixing): no reply
+                if self.mixer is not None:
+                    self.mixer.receive(msg.src, msg)
+                continue
             else:
-                own = self._own()
+                own = self.own_arrays()
                 base = self.sent_base.get(msg.src)
                 if base is not None and gossip.fingerprint(base) != msg.fingerprint:
                     base = None  # the requester lost our base: full params
@@ -280,8 +287,8 @@ class GossipNode:
                                          or base is not None) else "none"
                 if G.compression in compress.DELTA:
                     self.sent_base[msg.src] = recon
-                reply = wire.GossipParams(fingerprint=self._fingerprint(),
-                                          reward=self._reward(),
+                reply = wire.GossipParams(fingerprint=self.fingerprint(),
+                                          reward=self.reward(),
                                           version=self.trainer.state.version,
                                           compression=used, arrays=arrays)
             with contextlib.suppress(zmq.ZMQError):  # the asker is gone: nothing to do
@@ -297,7 +304,7 @@ class GossipNode:
         self.stats["stale_dropped"] += len(entries) - len(fresh)
         if not fresh:
             return
-        own = self._own()
+        own = self.own_arrays()
         if self.trainer.algo.updates == 0:
             # nothing learnt yet (a late joiner): take the best neighbour's params outright
             new, how = fresh[0].arrays, "adopted"
@@ -318,6 +325,11 @@ class GossipNode:
         """Every `update_interval` updates a round; every `sync_interval` a mix."""
         G = self.job.gossip
         u = self.trainer.algo.updates
+        if self.mixer is not None:  # exact mixing: rounds replace pulls and the queue
+            if u - self.last_sync >= G.sync_interval:
+                self.last_sync = u
+                await self.mixer.run_round()
+            return
         if u - self.last_round >= G.update_interval and self.peers:
             self.last_round = u
             self._start_round()
@@ -331,6 +343,8 @@ class GossipNode:
         others' parameters instead of training from scratch. (At a job's start every
         peer holds the same initial parameters: those pulls are skipped.)"""
         try:
+            if self.mixer is not None:  # the first round averages a late joiner in
+                return
             # wait (a little) to know enough peers for a full round
             want = min(self.job.gossip.neighbor_count, max(1, self.job.launch.peers - 1))
             deadline = time.monotonic() + 2 * self._timeout()
@@ -356,4 +370,6 @@ class GossipNode:
         out = {f"gossip/{k}": v for k, v in self.stats.items()}
         out.update({"gossip/peers": len(self.peers), "gossip/queue": len(self.queue),
                     "gossip/round": self.round})
+        if self.mixer is not None:
+            out.update(self.mixer.metrics())
         return out

@@ -25,6 +25,7 @@ class PeerRole(LearnerRole):
     name = "peer"
 
     async def setup(self) -> None:
+        self.job = self.job.peer_view()  # its share of the group's batch (share_batch)
         await super().setup()
         self.node = GossipNode(self.job, self.id, self.ctx.index, self.trainer,
                                self.ctx.transport, self.log, self.wire_stats,

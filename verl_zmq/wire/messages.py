@@ -271,10 +271,12 @@ class GossipHello(Message):
 
 @dataclass(kw_only=True)
 class GossipParams(Message):
-    """Peer <-> peer: a params request (`request`) or the params themselves."""
+    """Peer <-> peer: a params request (`request`), the params themselves, or a
+    round's push (`round`)."""
 
     KIND: ClassVar[Kind] = Kind.GOSSIP_PARAMS
     request: bool = False
+    round: int = 0  # > 0: a push of exact mixing's round `round` (no reply)
     fingerprint: str = ""
     reward: float = 0.0
     version: int = 0

@@ -1,0 +1,150 @@
+#!/usr/bin/env python
+"""Decentralised DAPO against single-learner PPO on CartPole, arms side by side
+in one invocation, same seeds; `tools/bench_learning.py dapo-cartpole` runs it.
+
+Arms (all with 4 x 8 envs and the DAPO job's hyperparameters; budgets and
+evaluation intervals stated for the whole group, so resolutions are equal):
+  dapo         the DAPO job as shipped
+  dapo-exact   the group's batch shared by the 4 peers (64 each), exact mixing
+               after every update (gossip.share_batch, gossip.mixing = "exact")
+  dapo-alone   the same peers with mixing off: each learns alone on its share
+  ppo          one PPO learner with the global batch (256): the fair baseline
+  ppo-x4       one PPO learner with batch 4 x 256 (what 4 peers each updating
+               on 256 of their own steps spend per round)
+
+Printed per run: total env steps (all trainers together) and wall seconds from
+the first env step until the first trainer and until every trainer reached the
+target; then per arm the mean with a bootstrap 90% interval, and the ratio of
+means to `ppo`.
+
+    python tools/bench_dapo.py [--seeds 0 1 2] [--arms dapo-exact dapo-alone ppo]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from _jobs import ROOT, events, launch, sampling_start
+
+DAPO_JOB = "configs/cartpole_dapo.toml"
+PPO_JOB = "configs/cartpole_ppo.toml"
+BUDGET, EVAL = 400_000, 10_000  # the group's env steps; one learner's eval interval
+PEERS = 4
+
+
+def _dapo_params_for_ppo() -> list[str]:
+    """The DAPO job's PPO hyperparameters, as overrides of the PPO job."""
+    import tomllib
+
+    raw = tomllib.loads((ROOT / DAPO_JOB).read_text())["algorithm"]["params"]
+    drop = {"clip_low", "clip_high", "loss_agg", "dynamic_sampling", "dynamic_tolerance",
+            "max_fill_batches"}
+    return [f"algorithm.params.{k}={json.dumps(v)}" for k, v in raw.items() if k not in drop]
+
+
+def _ppo(batch: int) -> tuple[str, list[str]]:
+    return PPO_JOB, ["sampling.num_workers=4", "sampling.num_envs_per_worker=8",
+                     "sampling.fragment_length=32", f"replay.capacity={max(1024, 2 * batch)}",
+                     "algorithm.params.clip_range=0.2", 'algorithm.params.clip_schedule="constant"',
+                     f"evaluation.interval_steps={EVAL}", f"training.total_timesteps={BUDGET}",
+                     *_dapo_params_for_ppo(), f"algorithm.params.batch_size={batch}",
+                     f"algorithm.params.minibatch_size={batch}"]
+
+
+SHARED = ["gossip.share_batch=true", f"training.total_timesteps={BUDGET}",
+          f"evaluation.interval_steps={EVAL}"]
+ARMS: dict[str, tuple[str, list[str]]] = {
+    # as shipped, budget and evaluation per peer: the same group totals
+    "dapo": (DAPO_JOB, [f"training.total_timesteps={BUDGET // PEERS}",
+                        f"evaluation.interval_steps={EVAL // PEERS}"]),
+    "dapo-exact": (DAPO_JOB, [*SHARED, 'gossip.mixing="exact"', "gossip.sync_interval=1"]),
+    "dapo-alone": (DAPO_JOB, [*SHARED, 'gossip.mixing="exact"',
+                              "gossip.sync_interval=1000000000"]),
+    "ppo": _ppo(256),
+    "ppo-x4": _ppo(1024),
+}
+
+
+def run_arm(arm: str, seed: int, target: float) -> dict:
+    """Total env steps and seconds from the first env step to the first trainer and
+    to every trainer reaching `target` (None: not within the budget)."""
+    job, over = ARMS[arm]
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        t0 = time.time()
+        launch(ROOT / job, run, [*over, f"experiment.seed={seed}",
+                                 f"evaluation.stop_at_return={target}"], timeout=3600)
+        wall = time.time() - t0
+        evs = [e for e in events(run / "logs" / "evaluator-0.jsonl")
+               if e.get("event") == "evaluated"]
+        first = sampling_start(run)
+    trainers = {e.get("member") for e in evs}
+    latest: dict[str, int] = {}
+    reached: set[str] = set()
+    out = {"first_steps": None, "first_s": None, "all_steps": None, "all_s": None,
+           "wall_s": wall}
+    for e in evs:  # in time order, until every trainer has reached the target
+        latest[e["member"]] = int(e["env_steps"])
+        if e["eval/return_mean"] < target:
+            continue
+        reached.add(e["member"])
+        since = e["ts"] - first if first is not None else None
+        if out["first_steps"] is None:
+            out["first_steps"], out["first_s"] = sum(latest.values()), since
+        if reached == trainers and (len(trainers) > 1 or not arm.startswith("dapo")):
+            out["all_steps"], out["all_s"] = sum(latest.values()), since
+            break
+    return out
+
+
+def boot(xs: list[float], rng: random.Random, n: int = 2000) -> tuple[float, float]:
+    """A bootstrap 90% interval of the mean."""
+    means = sorted(sum(rng.choice(xs) for _ in xs) / len(xs) for _ in range(n))
+    return means[int(0.05 * n)], means[int(0.95 * n)]
+
+
+def fmt(x, spec=",.0f") -> str:
+    return "> budget" if x is None else format(x, spec)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=list(ARMS))
+    ap.add_argument("--target", type=float, default=475.0)
+    args = ap.parse_args(argv)
+    print(f"{'arm':<11}{'seed':>5}{'steps first':>13}{'steps all':>12}{'s first':>9}"
+          f"{'s all':>8}{'process s':>11}")
+    rows: dict[str, list[dict]] = {a: [] for a in args.arms}
+    for seed in args.seeds:
+        for arm in args.arms:  # interleaved: a drifting machine load hits every arm alike
+            r = run_arm(arm, seed, args.target)
+            rows[arm].append(r)
+            print(f"{arm:<11}{seed:>5}{fmt(r['first_steps']):>13}{fmt(r['all_steps']):>12}"
+                  f"{fmt(r['first_s'], '.1f'):>9}{fmt(r['all_s'], '.1f'):>8}"
+                  f"{r['wall_s']:>11.1f}", flush=True)
+    rng = random.Random(0)
+    print(f"\nmean total env steps until every trainer reached {args.target:g} "
+          f"(90% bootstrap interval), ratio of means to ppo:")
+    base = rows.get("ppo")
+    base_mean = (sum(r["all_steps"] for r in base) / len(base)
+                 if base and all(r["all_steps"] for r in base) else None)
+    for arm, rs in rows.items():
+        xs = [r["all_steps"] for r in rs]
+        if any(x is None for x in xs):
+            print(f"  {arm:<11} a run did not reach the target within {BUDGET:,} steps")
+            continue
+        m = sum(xs) / len(xs)
+        lo, hi = boot(xs, rng)
+        ratio = f"{m / base_mean:.2f} ({lo / base_mean:.2f}-{hi / base_mean:.2f})" \
+            if base_mean else "-"
+        print(f"  {arm:<11} {m:>10,.0f}  [{lo:,.0f}, {hi:,.0f}]  ratio {ratio}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Exact mixing for gossip peers (`gossip.mixing = "exact"`): after every
+`gossip.sync_interval` local updates each peer pushes its parameters, tagged
+with a round number, to its out-neighbours and averages them with what its
+in-neighbours pushed for that round, with equal weights.
+
+The graph is complete for small groups (at most COMPLETE_MAX peers: every peer
+averages over the same set, so all hold the same parameters after a round) and
+a one-peer exponential graph beyond (round r: peer i sends to i + 2^k and hears
+from i - 2^k, k = r mod ceil(log2 N); pairwise averaging, doubly stochastic,
+exact consensus in log2 N rounds when N is a power of two). A round waits for a
+fresh push (one not mixed in yet) from each in-neighbour, so peers whose round
+numbers differ (one restarted, or a push that crossed a round's end) still mix
+every push once and never wait on each other; a peer behind takes the newest
+round it heard. A neighbour that has not pushed within
+`gossip.round_deadline_s` is left out of that round and the weights
+renormalised; one that the registry drops is no longer waited for. Parameters
+that are not finite or do not match ours are refused, never mixed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+
+import numpy as np
+import zmq
+
+from .. import gossip, wire
+from ..messaging import send
+
+COMPLETE_MAX = 8  # peers: up to this many, everyone averages with everyone
+
+
+class RoundMixer:
+    """Rounds of exact averaging for one peer; its `GossipNode` owns it."""
+
+    def __init__(self, node, deadline_s: float):
+        self.node = node
+        self.deadline_s = deadline_s
+        self.round = 0
+        # the newest push from each peer, until it is mixed in
+        self.inbox: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
+        self.arrived = asyncio.Event()
+        self.stats = dict.fromkeys(("rounds", "partial_rounds", "pushes_refused"), 0)
+        self.wait_s = 0.0
+
+    def graph(self, r: int) -> tuple[list[str], list[str]]:
+        """(out-neighbours, in-neighbours) of this peer in round `r`."""
+        me = self.node.id
+        ids = sorted([*self.node.peers, me])
+        n = len(ids)
+        if n <= COMPLETE_MAX:
+            others = [i for i in ids if i != me]
+            return others, others
+        k = 2 ** (r % math.ceil(math.log2(n)))
+        pos = ids.index(me)
+        return [ids[(pos + k) % n]], [ids[(pos - k) % n]]
+
+    def receive(self, src: str, msg: wire.GossipParams) -> None:
+        """A neighbour's push: kept when it fits our parameters and is its newest."""
+        arrays = dict(msg.arrays)
+        why = gossip.check_like(arrays, self.node.own_arrays())
+        if why:
+            self.stats["pushes_refused"] += 1
+            self.node.wire_stats.reject(src, wire.WireError(f"round params refused: {why}"))
+            return
+        self.inbox[src] = (msg.round, {k: np.array(v) for k, v in arrays.items()})
+        self.arrived.set()
+
+    def _ready(self, hear_from: list[str]) -> bool:
+        return all(p in self.inbox for p in hear_from if p in self.node.peers)
+
+    async def run_round(self) -> None:
+        """Push ours, wait for the round (at most the deadline), average, publish."""
+        node = self.node
+        r = max([self.round + 1] + [g[0] for g in self.inbox.values()])
+        send_to, hear_from = self.graph(r)
+        own = node.own_arrays()
+        push = wire.GossipParams(round=r, fingerprint=node.fingerprint(), reward=node.reward(),
+                                 version=node.trainer.state.version, arrays=own)
+        for pid in send_to:
+            with contextlib.suppress(zmq.ZMQError, KeyError):
+                await send(node.dealer(pid), push, node.id)
+        t0 = time.monotonic()
+        while not self._ready(hear_from) and time.monotonic() - t0 < self.deadline_s:
+            self.arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.deadline_s - (time.monotonic() - t0)):
+                    await self.arrived.wait()
+        self.wait_s += time.monotonic() - t0
+        got = {p: self.inbox.pop(p) for p in hear_from if p in self.inbox}
+        self.stats["rounds"] += 1
+        if len(got) < len(hear_from):
+            self.stats["partial_rounds"] += 1
+        if got:
+            mean = {k: (v.astype(np.float64) + sum(g[1][k] for g in got.values()))
+                    / (1 + len(got)) for k, v in own.items()}
+            node.trainer.load_arrays({k: mean[k].astype(own[k].dtype) for k in own})
+        self.round = r
+        node.log.info("gossip_round_mixed", round=r, sources=sorted(got),
+                      missing=sorted(set(hear_from) - set(got)),
+                      wait_s=round(time.monotonic() - t0, 4),
+                      version=node.trainer.state.version)
+        await node.publish()
+
+    def metrics(self) -> dict:
+        return {**{f"gossip/{k}": v for k, v in self.stats.items()},
+                "gossip/round_wait_s": round(self.wait_s, 3), "gossip/mix_round": self.round}

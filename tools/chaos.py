@@ -46,14 +46,16 @@ class Run:
     def members(self) -> dict[str, str]:
         return {e["member"]: e["member_role"] for e in self.launcher("role_started")}
 
-    def pid(self, member: str) -> int:
+    def _latest_start(self, member: str) -> dict:
         started = [e for e in self.launcher("role_started") + self.launcher("role_restarted")
                    if e["member"] == member and "pid" in e]
-        return max(started, key=lambda e: e["ts"])["pid"]
+        return max(started, key=lambda e: e["ts"])
 
-    def started_at(self, member: str, pid: int) -> float:
-        return max(e["ts"] for e in self.launcher("role_started") + self.launcher("role_restarted")
-                   if e["member"] == member and e.get("pid") == pid)
+    def pid(self, member: str) -> int:
+        return self._latest_start(member)["pid"]
+
+    def started_at(self, member: str) -> float:
+        return self._latest_start(member)["ts"]
 
     def progress(self) -> list[tuple[float, int]]:
         """(time, param version) from every learner's and peer's metrics."""
@@ -85,8 +87,8 @@ def kill_one(r: Run, member: str, recover_s: float, await_spare: bool = True) ->
     member that keeps a warm spare (launch.standby) is killed once its spare is up
     (at most 60 s of waiting), unless `await_spare` is off."""
     if await_spare and r.members().get(member) in ("learner", "peer"):
-        pid_now = r.pid(member)
-        wait(lambda: any(e["member"] == member and e["ts"] > r.started_at(member, pid_now)
+        since = r.started_at(member)
+        wait(lambda: any(e["member"] == member and e["ts"] > since
                          for e in r.launcher("spare_started")), 60)
     before = max((v for _, v in r.progress()), default=0)
     pid = r.pid(member)

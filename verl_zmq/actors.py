@@ -7,8 +7,8 @@ version-0 weights, which it makes itself (`policy_init`: the arrays the learner
 loads into its modules), so a sampler steps its envs about a second after it
 starts, before any learner is up. `make_actor` gives a sampler a `NumpyActor`
 for ppo, dapo, dqn and sac with `sampling.inference = "auto"` or `"numpy"`, and
-the torch algorithm
-otherwise (the general path: any network). Both read the same params arrays
+the torch algorithm otherwise (the general path: any network). Both read the
+same params arrays
 (the torch modules' state_dict names) and give the same actions,
 log-probabilities and values (`tests/test_actors.py`).
 """

@@ -33,7 +33,7 @@ class Pacer:
             self.latest = max(self.latest, version)
 
     def may_ship(self) -> bool:
-        done = self.latest - (self.latest if self.base is None else self.base)
+        done = 0 if self.base is None else self.latest - self.base
         return self.shipped < (done + self.lead) * self.share
 
     def shipped_one(self, forgiven: bool = False) -> None:

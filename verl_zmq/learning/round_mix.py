@@ -45,6 +45,7 @@ class RoundMixer:
         self.arrived = asyncio.Event()
         self.stats = dict.fromkeys(("rounds", "partial_rounds", "pushes_refused"), 0)
         self.wait_s = 0.0
+        self._like: dict[str, np.ndarray] | None = None  # names and shapes pushes must have
 
     def graph(self, r: int) -> tuple[list[str], list[str]]:
         """(out-neighbours, in-neighbours) of this peer in round `r`."""
@@ -61,7 +62,9 @@ class RoundMixer:
     def receive(self, src: str, msg: wire.GossipParams) -> None:
         """A neighbour's push: kept when it fits our parameters and is its newest."""
         arrays = dict(msg.arrays)
-        why = gossip.check_like(arrays, self.node.own_arrays())
+        if self._like is None:  # names and shapes never change: read ours once
+            self._like = self.node.own_arrays()
+        why = gossip.check_like(arrays, self._like)
         if why:
             self.stats["pushes_refused"] += 1
             self.node.wire_stats.reject(src, wire.WireError(f"round params refused: {why}"))

@@ -119,9 +119,8 @@ _ZEROS = b"\0" * ALIGN
 
 def _enc_layout(key: tuple):
     """(layout bytes, padding after each array, which travel as frames, whether there
-    is neither padding nor a large array), or None when
-    the arrays are not plain little-endian allowed dtypes (the per-array path fixes
-    them) or none is small."""
+    is neither padding nor a large array), or None when the arrays are not plain
+    little-endian allowed dtypes (the per-array path fixes them) or none is small."""
     entries, pads, big, off = [], [], [], 0
     for name, dtype, shape in key:
         if dtype.str not in _DTYPES or type(name) is not str:

@@ -7,6 +7,8 @@ evaluation intervals stated for the whole group, so resolutions are equal):
   dapo         the DAPO job as shipped
   dapo-exact   the group's batch shared by the 4 peers (64 each), exact mixing
                after every update (gossip.share_batch, gossip.mixing = "exact")
+  dapo-grad    the group's batch shared, every minibatch's gradient averaged over
+               the 4 peers (DD-PPO, gossip.mixing = "gradients")
   dapo-alone   the same peers with mixing off: each learns alone on its share
   ppo          one PPO learner with the global batch (256): the fair baseline
   ppo-x4       one PPO learner with batch 4 x 256 (what 4 peers each updating
@@ -63,6 +65,7 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "dapo": (DAPO_JOB, [f"training.total_timesteps={BUDGET // PEERS}",
                         f"evaluation.interval_steps={EVAL // PEERS}"]),
     "dapo-exact": (DAPO_JOB, [*SHARED, 'gossip.mixing="exact"', "gossip.sync_interval=1"]),
+    "dapo-grad": (DAPO_JOB, [*SHARED, 'gossip.mixing="gradients"', "gossip.sync_interval=10"]),
     "dapo-alone": (DAPO_JOB, [*SHARED, 'gossip.mixing="exact"',
                               "gossip.sync_interval=1000000000"]),
     "ppo": _ppo(256),

@@ -63,5 +63,7 @@ def samples() -> list[wire.Message]:
         wire.Params(version=5, env_steps=1000, arrays=params_arrays(100_000)),
         wire.GossipHello(fingerprint="ab" * 32, reward=1.5, version=2, members=[member()]),
         wire.GossipParams(request=False, fingerprint="cd" * 32, arrays={"w": np.ones(4)}),
+        wire.GossipGrads(round=3, scalars={"approx_kl": 0.01},
+                         arrays={"grad": np.ones(16, np.float32)}),
         wire.Shutdown(reason="target_reached"),
     ]

@@ -5,7 +5,9 @@ never through attributes set from outside:
 
 - constructor: the job, the env's spec, the device, the sampler it acts for
   (`worker`: index and count, for per-worker exploration) and the learner's
-  observation transform (demonstrations are raw: they are normalised alike).
+  observation transform (demonstrations are raw: they are normalised alike);
+  a gossip peer's `reduce_grads` (gradients averaged with its neighbours every
+  minibatch; PPO's update, and so DAPO's, takes it).
 - `act(obs, deterministic, env_steps)` (samplers, evaluator): actions for a batch
   of observations plus the per-step extras recorded in fragments; `env_steps` is
   the job's env steps as the sampler estimates them (exploration schedules).
@@ -34,6 +36,9 @@ from ..envs import EnvSpec
 from .traits import Traits, fit_problem, traits
 
 ObsTransform = Callable[[np.ndarray], np.ndarray]
+# (parameters whose .grad to average, or None to open an update; scalars) -> the
+# scalars averaged alike: a gossip peer's gradient rounds (learning/grad_mix.py)
+GradReduce = Callable[[list[torch.Tensor] | None, dict[str, float]], dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ class Algorithm(ABC):
 
     def __init__(self, job: Job, spec: EnvSpec, device: str = "cpu",
                  worker: tuple[int, int] = (0, 1), obs_transform: ObsTransform | None = None,
-                 acting_seed: int | None = None):
+                 acting_seed: int | None = None, reduce_grads: GradReduce | None = None):
         why = fit_problem(job, spec.discrete)
         if why:
             raise ValueError(why)
@@ -82,6 +87,7 @@ class Algorithm(ABC):
         self.rng = np.random.default_rng(job.experiment.seed if acting_seed is None
                                          else acting_seed)
         self._bc = None
+        self.reduce_grads = reduce_grads
 
     def init_policy(self) -> None:
         """Give the policy module its version-0 weights from `policy_init`, the

@@ -173,9 +173,23 @@ class PPO(Algorithm):
     def aggregate(self, per_step: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         return per_step.mean()
 
+    def _minibatches(self, n: int, mbs: int) -> list[torch.Tensor]:
+        """One epoch's minibatch indices. Reducing gradients with peers, every peer
+        takes the same number (the job's batch over its minibatch size) whatever its
+        batch holds, so their rounds pair up."""
+        perm = torch.randperm(n, device=self.device)
+        if self.reduce_grads is not None:  # (n varies: steps after an episode's end are void)
+            p = self.params
+            k = -(-p.batch_size // max(1, p.minibatch_size))
+            return list(torch.tensor_split(perm, max(1, min(n, k))))
+        return [perm[s:s + mbs] for s in range(0, n - mbs + 1, mbs)]
+
     def learn(self, batch, at: Progress = START):
         p = self.params
-        self.progress = at.fraction
+        fraction = at.fraction
+        if self.reduce_grads is not None:  # the group's progress: one schedule for all
+            fraction = self.reduce_grads(None, {"fraction": fraction})["fraction"]
+        self.progress = fraction
         for g in self.opt.param_groups:
             g["lr"] = self._schedule(p.learning_rate, p.lr_schedule)
         data = self.prepare(batch)
@@ -185,9 +199,7 @@ class PPO(Algorithm):
         count = 0
         stop = False
         for _ in range(p.n_epochs):
-            perm = torch.randperm(n, device=self.device)
-            for start in range(0, n - mbs + 1, mbs):
-                idx = perm[start:start + mbs]
+            for idx in self._minibatches(n, mbs):
                 mb = {k: v[idx] for k, v in data.items()}
                 loss, stats = self.loss(mb)
                 bc = self.bc_batch(at.env_steps)
@@ -201,6 +213,10 @@ class PPO(Algorithm):
                     stats["charts/bc_weight"] = w
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
+                if self.reduce_grads is not None:  # the group's gradient, and its KL
+                    kl = float(stats["losses/approx_kl"])
+                    stats["losses/approx_kl"] = self.reduce_grads(
+                        list(self.net.parameters()), {"approx_kl": kl})["approx_kl"]
                 gn = torch.nn.utils.clip_grad_norm_(self.net.parameters(), p.max_grad_norm)
                 self.opt.step()
                 stats["losses/grad_norm"] = gn

@@ -233,9 +233,11 @@ class Gossip:
     max_queue_size: int = 8
     priority_fn: str = "reward"
     sync_interval: int = 5
-    # exact: every sync_interval updates, average with all neighbours (rounds); else
-    # mix what pulls brought, uniform or by reward
-    mixing: Literal["exact", "uniform", "reward_softmax"] = "uniform"
+    # gradients: average every minibatch's gradient with all neighbours (DD-PPO), and
+    # parameters as "exact" does; exact: every sync_interval updates, average
+    # parameters with all neighbours (rounds); else mix what pulls brought, uniform
+    # or by reward
+    mixing: Literal["gradients", "exact", "uniform", "reward_softmax"] = "uniform"
     round_deadline_s: float = 0.0  # exact: wait this long for a round; 0: heartbeats
     share_batch: bool = False  # batch, steps and eval interval are the group's: 1/peers each
     mix_rate: float = 0.5
@@ -335,13 +337,20 @@ class Job:
         `gossip.share_batch` the job's batch, minibatch, total env steps and
         evaluation interval are the whole group's (what one learner would use), and
         each of `launch.peers` peers takes its share: its schedules then run on the
-        group's progress, and evaluations come as often as one learner's."""
+        group's progress, and evaluations come as often as one learner's. A fragment
+        bigger than a peer's batch would make the batch a whole fragment: the peer's
+        samplers then run fewer envs (fragment length kept: the same GAE horizon)."""
         k = self.launch.peers
         if not (self.gossip.share_batch and self.traits.decentralised and k > 1):
             return self
-        p, r = self.algorithm.params, dataclasses.replace
+        p, r, s = self.algorithm.params, dataclasses.replace, self.sampling
+        share = -(-p.batch_size // k)
+        envs = s.num_envs_per_worker
+        if s.fragment_length * envs > share:
+            envs = max(1, share // s.fragment_length)
         return r(self, algorithm=r(self.algorithm, params=r(
-            p, batch_size=-(-p.batch_size // k), minibatch_size=-(-p.minibatch_size // k))),
+            p, batch_size=share, minibatch_size=-(-p.minibatch_size // k))),
+            sampling=r(s, num_envs_per_worker=envs),
             training=r(self.training,
                        total_timesteps=-(-self.training.total_timesteps // k)),
             evaluation=r(self.evaluation,

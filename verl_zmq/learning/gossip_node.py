@@ -29,6 +29,7 @@ import zmq
 from .. import compress, gossip, wire
 from ..messaging import WireStats, recv, send
 from ..specs import index_of
+from .grad_mix import GradMixer
 from .round_mix import RoundMixer
 from .trainer import Trainer
 
@@ -64,8 +65,9 @@ class GossipNode:
         self._fp_cache: tuple[tuple[int, float], str] = ((-1, 0.0), "")
         self._registry_peers: dict[str, wire.Member] = {}
         self.bootstrapped = asyncio.Event()
-        self.mixer = RoundMixer(self, G.round_deadline_s or self._timeout()) \
-            if G.mixing == "exact" else None
+        deadline = G.round_deadline_s or self._timeout()
+        self.mixer = RoundMixer(self, deadline) if G.mixing in ("exact", "gradients") else None
+        self.grads = GradMixer(self, deadline) if G.mixing == "gradients" else None
 
     # -- who is out there ---------------------------------------------------------------
 
@@ -266,8 +268,13 @@ class GossipNode:
         G = self.job.gossip
         while True:
             prefix, msg = await recv(self.gossip_sock, self.wire_stats, n_prefix=1,
-                                     expect=(wire.GossipHello, wire.GossipParams))
+                                     expect=(wire.GossipHello, wire.GossipParams,
+                                             wire.GossipGrads))
             if msg is None:
+                continue
+            if isinstance(msg, wire.GossipGrads):  # a gradient round's push: no reply
+                if self.grads is not None:
+                    self.grads.receive(msg.src, msg)
                 continue
             if isinstance(msg, wire.GossipHello):
                 self._heard(msg.src, msg)
@@ -325,6 +332,13 @@ class GossipNode:
         """Every `update_interval` updates a round; every `sync_interval` a mix."""
         G = self.job.gossip
         u = self.trainer.algo.updates
+        if self.grads is not None:
+            # gradient rounds keep the peers' update numbers in step (theirs may differ:
+            # a restart, an update alone): parameter rounds follow that number, so
+            # every peer runs one at the same update and none waits for another's
+            if (self.grads.update + 1) % G.sync_interval == 0:
+                await self.mixer.run_round()
+            return
         if self.mixer is not None:  # exact mixing: rounds replace pulls and the queue
             if u - self.last_sync >= G.sync_interval:
                 self.last_sync = u
@@ -343,13 +357,18 @@ class GossipNode:
         others' parameters instead of training from scratch. (At a job's start every
         peer holds the same initial parameters: those pulls are skipped.)"""
         try:
-            if self.mixer is not None:  # the first round averages a late joiner in
-                return
-            # wait (a little) to know enough peers for a full round
-            want = min(self.job.gossip.neighbor_count, max(1, self.job.launch.peers - 1))
+            if self.mixer is not None and self.grads is None:
+                return  # exact mixing: the first round averages a late joiner in
+            # wait (a little) to know enough peers for a full round; gradient rounds
+            # want every peer from the first update, or the peers part ways there
+            want = max(1, self.job.launch.peers - 1)
+            if self.grads is None:
+                want = min(self.job.gossip.neighbor_count, want)
             deadline = time.monotonic() + 2 * self._timeout()
             while len(self.peers) < want and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
+            if self.grads is not None:
+                return
             if not self.peers:
                 return
             self._start_round()
@@ -372,4 +391,6 @@ class GossipNode:
                     "gossip/round": self.round})
         if self.mixer is not None:
             out.update(self.mixer.metrics())
+        if self.grads is not None:
+            out.update(self.grads.metrics())
         return out

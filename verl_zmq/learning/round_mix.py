@@ -33,6 +33,20 @@ from ..messaging import send
 COMPLETE_MAX = 8  # peers: up to this many, everyone averages with everyone
 
 
+def round_graph(me: str, peers, r: int) -> tuple[list[str], list[str]]:
+    """(out-neighbours, in-neighbours) of peer `me` in round `r`: everyone when the
+    group has at most COMPLETE_MAX peers, else one peer each way along the
+    exponential graph (2^(r mod log2 N) places ahead and behind)."""
+    ids = sorted([*peers, me])
+    n = len(ids)
+    if n <= COMPLETE_MAX:
+        others = [i for i in ids if i != me]
+        return others, others
+    k = 2 ** (r % math.ceil(math.log2(n)))
+    pos = ids.index(me)
+    return [ids[(pos + k) % n]], [ids[(pos - k) % n]]
+
+
 class RoundMixer:
     """Rounds of exact averaging for one peer; its `GossipNode` owns it."""
 
@@ -49,15 +63,7 @@ class RoundMixer:
 
     def graph(self, r: int) -> tuple[list[str], list[str]]:
         """(out-neighbours, in-neighbours) of this peer in round `r`."""
-        me = self.node.id
-        ids = sorted([*self.node.peers, me])
-        n = len(ids)
-        if n <= COMPLETE_MAX:
-            others = [i for i in ids if i != me]
-            return others, others
-        k = 2 ** (r % math.ceil(math.log2(n)))
-        pos = ids.index(me)
-        return [ids[(pos + k) % n]], [ids[(pos - k) % n]]
+        return round_graph(self.node.id, self.node.peers, r)
 
     def receive(self, src: str, msg: wire.GossipParams) -> None:
         """A neighbour's push: kept when it fits our parameters and is its newest."""

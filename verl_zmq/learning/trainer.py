@@ -21,7 +21,7 @@ import torch
 
 from .. import wire
 from ..algos import make_algorithm
-from ..algos.base import Learned, Progress
+from ..algos.base import GradReduce, Learned, Progress
 from ..checkpoint import load as load_checkpoint
 from ..checkpoint import policy_state, write_checkpoint
 from ..config import Job, dumps_job
@@ -35,14 +35,16 @@ Hook = Callable[[], Awaitable[None]]
 class Trainer:
     """A learner's state and its update, params and checkpoint steps."""
 
-    def __init__(self, job: Job, spec: EnvSpec, checkpoint_dir: Path, log):
+    def __init__(self, job: Job, spec: EnvSpec, checkpoint_dir: Path, log,
+                 reduce_grads: GradReduce | None = None):
         self.job, self.spec, self.log = job, spec, log
         self.checkpoint_dir = checkpoint_dir
         self.rms = RunningMeanStd(spec.obs_shape)
         norm = job.environment.normalize_obs
         # demonstrations are raw observations: they are normalised like the fragments
         transform = (lambda x: self.rms.normalize(x, job.environment.clip_obs)) if norm else None
-        self.algo = make_algorithm(job, spec, job.training.device, obs_transform=transform)
+        self.algo = make_algorithm(job, spec, job.training.device, obs_transform=transform,
+                                   reduce_grads=reduce_grads)
         self.state = TrainState()
         self.rng = np.random.default_rng(job.experiment.seed)  # checkpointed: exact resume
         self.returns: deque[float] = deque(maxlen=100)

@@ -64,7 +64,9 @@ class Role:
 
     def __init__(self, ctx: RoleContext):
         self.ctx = ctx
-        self.job = ctx.job
+        # a gossip peer's group (its samplers, shard, evaluator) runs the peer's share
+        # of the job's batch, envs, budget and evaluation interval (gossip.share_batch)
+        self.job = ctx.job.peer_view()
         self.log = ctx.log
         self.wire_stats = WireStats(ctx.log, ctx.job.logging.interval_s)
         self.stop_event = asyncio.Event()

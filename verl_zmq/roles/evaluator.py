@@ -79,7 +79,6 @@ class EvaluatorRole(Role):
         import torch._dynamo  # noqa: F401 - building an algorithm's optimiser imports it
 
     async def setup(self) -> None:
-        self.job = self.job.peer_view()  # a peer's steps and interval (share_batch)
         torch.set_num_threads(self.job.resources.evaluator.cpu or 1)
         self.spec = env_spec(self.job.environment)
         self.algo = make_algorithm(self.job, self.spec)

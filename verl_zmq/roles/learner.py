@@ -41,7 +41,8 @@ class LearnerRole(Role):
         torch.manual_seed(job.experiment.seed)  # the samplers build the same initial net
         np.random.seed(job.experiment.seed)
         self.spec = env_spec(job.environment)
-        self.trainer = Trainer(job, self.spec, self.checkpoint_dir(), self.log)
+        self.trainer = Trainer(job, self.spec, self.checkpoint_dir(), self.log,
+                               reduce_grads=self.grad_reducer())
         self.algo = self.trainer.algo
         # XPUB: a new subscriber (a sampler, the evaluator, after our restart or
         # theirs) is heard, and gets the latest params at once, not at the next update
@@ -62,6 +63,10 @@ class LearnerRole(Role):
 
     def checkpoint_dir(self) -> Path:
         return Path(self.ctx.run_dir) / "checkpoints"
+
+    def grad_reducer(self):
+        """What averages the update's gradients with others (gossip peers), or None."""
+        return None
 
     @property
     def version(self) -> int:

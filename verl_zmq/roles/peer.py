@@ -25,7 +25,6 @@ class PeerRole(LearnerRole):
     name = "peer"
 
     async def setup(self) -> None:
-        self.job = self.job.peer_view()  # its share of the group's batch (share_batch)
         await super().setup()
         self.node = GossipNode(self.job, self.id, self.ctx.index, self.trainer,
                                self.ctx.transport, self.log, self.wire_stats,
@@ -38,6 +37,12 @@ class PeerRole(LearnerRole):
     def checkpoint_dir(self) -> Path:
         # peers of one job may share a host and a run folder: one folder each
         return Path(self.ctx.run_dir) / "checkpoints" / self.id
+
+    def grad_reducer(self):
+        if self.job.gossip.mixing != "gradients":
+            return None
+        # the node is built after the trainer, and is there before the first update
+        return lambda params, scalars: self.node.grads.reduce(params, scalars)
 
     def on_membership(self, members) -> None:
         super().on_membership(members)

@@ -173,7 +173,7 @@ class SamplerRole(Role):
         self.learners: dict[str, str] = {}
         self.shard_ready = asyncio.Event()
         self.new_params = asyncio.Event()
-        self.pacer = make_pacer(self.job.peer_view())  # paced to its own learner's batch
+        self.pacer = make_pacer(self.job)  # paced to its own learner's batch
         self.fragments = 0
         self.wait_s = 0.0
         self.waiting_since: float | None = None

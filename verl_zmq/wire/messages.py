@@ -104,6 +104,7 @@ class Kind(enum.IntEnum):
     GOSSIP_PARAMS = 15
     # 16 (metrics) and 18 (error) were never sent: retired, never to be reused
     SHUTDOWN = 17
+    GOSSIP_GRADS = 19
 
 
 @dataclass(kw_only=True)
@@ -285,6 +286,18 @@ class GossipParams(Message):
 
 
 @dataclass(kw_only=True)
+class GossipGrads(Message):
+    """Peer -> peer, no reply: one round of gradient averaging (`gossip.mixing =
+    "gradients"`): the flat gradient of one minibatch (`arrays["grad"]`; empty for
+    the round that opens an update) and scalars averaged alike."""
+
+    KIND: ClassVar[Kind] = Kind.GOSSIP_GRADS
+    round: int = 0
+    scalars: dict[str, float] = field(default_factory=dict)
+    arrays: Arrays = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
 class Shutdown(Message):
     """Member -> registry -> everyone (PUB): stop the job cleanly, for `reason`."""
 
@@ -297,5 +310,5 @@ KINDS: dict[int, type[Message]] = {
     for cls in (Register, RegisterReply, Heartbeat, HeartbeatReply, Deregister,
                 SnapshotRequest, MembershipSnapshot, MembershipDelta, Fragment,
                 SampleRequest, Batch, PriorityUpdate, Params, GossipHello, GossipParams,
-                Shutdown)
+                GossipGrads, Shutdown)
 }

@@ -1,0 +1,196 @@
+"""Gradient averaging for gossip peers (`gossip.mixing = "gradients"`): DD-PPO's
+all-reduce over the gossip sockets, every minibatch, with no centre.
+
+The update runs in a worker thread; after each backward pass it hands the
+minibatch's gradients to `reduce`, which blocks that thread while the event
+loop runs one round: push our flat gradient (with a round number) to the
+round's out-neighbours, wait for the in-neighbours' pushes of the same round,
+and write back the mean. The round that opens an update carries no gradient,
+only scalars (the peers' progress, so schedules run on the group's), and
+aligns round numbers: a peer that restarted, or fell behind, jumps to the
+newest update it has heard of.
+
+Within a group of at most `round_mix.COMPLETE_MAX` peers every peer averages
+the same gradients in the same order (sorted member ids, float64 sums), so
+peers that start from the same parameters hold bit-identical parameters after
+every update: K peers with B/K steps each are one learner with batch B. Larger
+groups average along the exponential graph, and exact parameter rounds
+(`gossip.sync_interval`) pull them together.
+
+A neighbour whose push has not come within `gossip.round_deadline_s` is left
+out of the round (the mean is over those that came) and marked behind: no
+round waits for it again until it pushes a round as new as ours. Pushes that
+are not finite or do not have our gradient's length are refused, never mixed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import math
+import time
+
+import numpy as np
+import torch
+import zmq
+
+from .. import wire
+from ..messaging import send
+from .round_mix import round_graph
+
+STRIDE = 1 << 20  # round numbers: update * STRIDE + minibatch step within it
+
+
+class GradMixer:
+    """Rounds of gradient averaging for one peer; its `GossipNode` owns it."""
+
+    def __init__(self, node, deadline_s: float):
+        self.node = node
+        self.deadline_s = deadline_s
+        self.loop = asyncio.get_running_loop()
+        self.update = -1  # the update the current round belongs to
+        self.step = 0
+        self.inbox: dict[str, dict[int, wire.GossipGrads]] = {}
+        self.behind: set[str] = set()
+        self.arrived = asyncio.Event()
+        self.stats = dict.fromkeys(("grad_rounds", "grad_partial_rounds",
+                                    "grad_pushes_refused", "grad_pushes_stale"), 0)
+        self.wait_s = 0.0
+
+    @property
+    def key(self) -> int:
+        return self.update * STRIDE + self.step
+
+    # -- from the update's thread ------------------------------------------------
+
+    def reduce(self, params: list[torch.Tensor] | None,
+               scalars: dict[str, float]) -> dict[str, float]:
+        """One round, called from the update's worker thread: `params=None` opens an
+        update; else each parameter's `.grad` becomes the group's mean. Returns the
+        scalars averaged over the same peers."""
+        flat = np.zeros(0, np.float32)
+        if params is not None:
+            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
+                              .detach().reshape(-1).float().cpu() for p in params]).numpy()
+        fut = asyncio.run_coroutine_threadsafe(
+            self.round(flat, scalars, opens=params is None), self.loop)
+        try:  # bounded: a stopping loop never runs the round, and the update goes on alone
+            mean, out = fut.result(timeout=2 * self.deadline_s + 5.0)
+        except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError,
+                RuntimeError):
+            fut.cancel()
+            return scalars
+        if params is not None:
+            at = 0
+            for p in params:
+                n = p.numel()
+                p.grad = torch.from_numpy(mean[at:at + n]).reshape(p.shape).to(
+                    p.device, p.dtype)
+                at += n
+        return out
+
+    # -- on the event loop ---------------------------------------------------------
+
+    def receive(self, src: str, msg: wire.GossipGrads) -> None:
+        """A neighbour's push: kept by round number when its contents are sane."""
+        grad = msg.arrays.get("grad")
+        why = ""
+        if grad is None or grad.dtype != np.float32 or grad.ndim != 1:
+            why = "no float32 vector 'grad'"
+        elif not np.isfinite(grad).all():
+            why = "gradient is not finite"
+        elif not all(math.isfinite(v) for v in msg.scalars.values()):
+            why = "scalars are not finite"
+        if why:
+            self.stats["grad_pushes_refused"] += 1
+            self.node.wire_stats.reject(src, wire.WireError(f"gradient push refused: {why}"))
+            return
+        if msg.round >= self.key:
+            self.behind.discard(src)  # it keeps up again
+        box = self.inbox.setdefault(src, {})
+        box[msg.round] = msg
+        while len(box) > 64:  # a peer far ahead of a stalled one: keep its newest
+            del box[min(box)]
+        self.arrived.set()
+
+    def _next_update(self) -> int:
+        """Ours plus one, or the newest update a neighbour is in: the one it opened,
+        or the one after it when it is past the opening (it went on without us)."""
+        best = self.update + 1
+        for box in self.inbox.values():
+            if box:
+                u, step = divmod(max(box), STRIDE)
+                best = max(best, u if step == 0 else u + 1)
+        return best
+
+    def _waits_for(self, pid: str, key: int) -> bool:
+        box = self.inbox.get(pid, {})
+        if pid not in self.node.peers or pid in self.behind or key in box:
+            return False
+        return not any(k > key for k in box)  # ahead of us: it went on without us
+
+    async def round(self, flat: np.ndarray, scalars: dict[str, float],
+                    opens: bool) -> tuple[np.ndarray, dict[str, float]]:
+        node = self.node
+        if opens:
+            nxt = self._next_update()
+            if nxt != self.update + 1:
+                node.log.info("gradient_rounds_jumped", update=nxt, was=self.update,
+                              heard={p: divmod(max(b), STRIDE) for p, b in self.inbox.items()
+                                     if b})
+            self.update, self.step = nxt, 0
+        else:
+            self.step += 1
+        key = self.key
+        send_to, hear_from = round_graph(node.id, node.peers, key)
+        push = wire.GossipGrads(round=key, scalars=scalars, arrays={"grad": flat})
+        for pid in send_to:
+            with contextlib.suppress(zmq.ZMQError, KeyError):
+                await send(node.dealer(pid), push, node.id)
+        t0 = time.monotonic()
+        while True:
+            waiting = [p for p in hear_from if self._waits_for(p, key)]
+            left = self.deadline_s - (time.monotonic() - t0)
+            if not waiting or left <= 0:
+                break
+            self.arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await self.arrived.wait()
+        self.wait_s += time.monotonic() - t0
+        self.behind.update(waiting)
+        got: dict[str, wire.GossipGrads] = {}
+        for pid in hear_from:
+            box = self.inbox.get(pid, {})
+            for k in [k for k in box if k < key]:
+                del box[k]
+                self.stats["grad_pushes_stale"] += 1
+            msg = box.pop(key, None)
+            if msg is not None and len(msg.arrays["grad"]) == len(flat):
+                got[pid] = msg
+            elif msg is not None:
+                self.stats["grad_pushes_refused"] += 1
+        self.stats["grad_rounds"] += 1
+        if waiting:
+            self.stats["grad_partial_rounds"] += 1
+            node.log.info("gradient_round_partial", round=key, missing=sorted(waiting),
+                          wait_s=round(time.monotonic() - t0, 4))
+        return self._mean(flat, scalars, got)
+
+    def _mean(self, flat, scalars, got) -> tuple[np.ndarray, dict[str, float]]:
+        """The same sum in the same order on every peer: sorted ids, float64."""
+        mine = wire.GossipGrads(round=self.key, scalars=scalars, arrays={"grad": flat})
+        every = [m for _, m in sorted({**got, self.node.id: mine}.items())]
+        n = len(every)
+        total = np.zeros(len(flat), np.float64)
+        for m in every:
+            total += m.arrays["grad"]
+        out = {k: sum(float(m.scalars.get(k, v)) for m in every) / n
+               for k, v in scalars.items()}
+        return (total / n).astype(np.float32), out
+
+    def metrics(self) -> dict:
+        return {**{f"gossip/{k}": v for k, v in self.stats.items()},
+                "gossip/grad_wait_s": round(self.wait_s, 3),
+                "gossip/grad_behind": len(self.behind)}

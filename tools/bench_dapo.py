@@ -2,24 +2,27 @@
 """Decentralised DAPO against single-learner PPO on CartPole, arms side by side
 in one invocation, same seeds; `tools/bench_learning.py dapo-cartpole` runs it.
 
-Arms (all with 4 x 8 envs and the DAPO job's hyperparameters; budgets and
-evaluation intervals stated for the whole group, so resolutions are equal):
-  dapo         the DAPO job as shipped
-  dapo-exact   the group's batch shared by the 4 peers (64 each), exact mixing
-               after every update (gossip.share_batch, gossip.mixing = "exact")
-  dapo-grad    the group's batch shared, every minibatch's gradient averaged over
-               the 4 peers (DD-PPO, gossip.mixing = "gradients")
+Arms (all with 4 x 8 envs' worth of samplers and the DAPO job's
+hyperparameters; budgets and evaluation intervals stated for the whole group, so
+resolutions are equal):
+  dapo         the DAPO job as shipped: the group's batch (256) shared by 4 peers
+               (64 each), every minibatch's gradient averaged over the peers
   dapo-alone   the same peers with mixing off: each learns alone on its share
   ppo          one PPO learner with the global batch (256): the fair baseline
   ppo-x4       one PPO learner with batch 4 x 256 (what 4 peers each updating
                on 256 of their own steps spend per round)
+  dapo-exact   (on request) the shared batch, parameters averaged after every
+               update instead of gradients (local SGD with a period of one update)
+  dapo-pull    (on request) the earlier DAPO job: each peer updates on 256 of its
+               own steps, reward-softmax pulls from 2 neighbours every 4 updates
 
 Printed per run: total env steps (all trainers together) and wall seconds from
 the first env step until the first trainer and until every trainer reached the
 target; then per arm the mean with a bootstrap 90% interval, and the ratio of
-means to `ppo`.
+means to `ppo`. (Peers that average gradients hold identical parameters, so
+"every peer" is also their average's.)
 
-    python tools/bench_dapo.py [--seeds 0 1 2] [--arms dapo-exact dapo-alone ppo]
+    python tools/bench_dapo.py [--seeds 0 1 2] [--arms dapo dapo-alone ppo]
 """
 
 from __future__ import annotations
@@ -58,19 +61,18 @@ def _ppo(batch: int) -> tuple[str, list[str]]:
                      f"algorithm.params.minibatch_size={batch}"]
 
 
-SHARED = ["gossip.share_batch=true", f"training.total_timesteps={BUDGET}",
-          f"evaluation.interval_steps={EVAL}"]
+BASE = [f"training.total_timesteps={BUDGET}", f"evaluation.interval_steps={EVAL}"]
+PULL = ["gossip.share_batch=false", 'gossip.mixing="reward_softmax"', "gossip.sync_interval=4",
+        f"training.total_timesteps={BUDGET // PEERS}", f"evaluation.interval_steps={EVAL // PEERS}"]
 ARMS: dict[str, tuple[str, list[str]]] = {
-    # as shipped, budget and evaluation per peer: the same group totals
-    "dapo": (DAPO_JOB, [f"training.total_timesteps={BUDGET // PEERS}",
-                        f"evaluation.interval_steps={EVAL // PEERS}"]),
-    "dapo-exact": (DAPO_JOB, [*SHARED, 'gossip.mixing="exact"', "gossip.sync_interval=1"]),
-    "dapo-grad": (DAPO_JOB, [*SHARED, 'gossip.mixing="gradients"', "gossip.sync_interval=10"]),
-    "dapo-alone": (DAPO_JOB, [*SHARED, 'gossip.mixing="exact"',
-                              "gossip.sync_interval=1000000000"]),
+    "dapo": (DAPO_JOB, BASE),
+    "dapo-alone": (DAPO_JOB, [*BASE, 'gossip.mixing="exact"', "gossip.sync_interval=1000000000"]),
     "ppo": _ppo(256),
     "ppo-x4": _ppo(1024),
+    "dapo-exact": (DAPO_JOB, [*BASE, 'gossip.mixing="exact"', "gossip.sync_interval=1"]),
+    "dapo-pull": (DAPO_JOB, PULL),
 }
+DEFAULT_ARMS = ["dapo", "dapo-alone", "ppo", "ppo-x4"]
 
 
 def run_arm(arm: str, seed: int, target: float) -> dict:
@@ -118,7 +120,7 @@ def fmt(x, spec=",.0f") -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=list(ARMS))
+    ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=DEFAULT_ARMS)
     ap.add_argument("--target", type=float, default=475.0)
     args = ap.parse_args(argv)
     print(f"{'arm':<11}{'seed':>5}{'steps first':>13}{'steps all':>12}{'s first':>9}"

@@ -237,9 +237,9 @@ class Gossip:
     # parameters as "exact" does; exact: every sync_interval updates, average
     # parameters with all neighbours (rounds); else mix what pulls brought, uniform
     # or by reward
-    mixing: Literal["gradients", "exact", "uniform", "reward_softmax"] = "uniform"
+    mixing: Literal["gradients", "exact", "uniform", "reward_softmax"] = "gradients"
     round_deadline_s: float = 0.0  # exact: wait this long for a round; 0: heartbeats
-    share_batch: bool = False  # batch, steps and eval interval are the group's: 1/peers each
+    share_batch: bool = True  # batch, steps and eval interval are the group's: 1/peers each
     mix_rate: float = 0.5
     staleness_updates: int = 50
     compression: Literal["none", "fp16", "terngrad", "topk_delta"] = "none"

@@ -21,6 +21,7 @@ from ..checkpoint import load as load_checkpoint
 from ..checkpoint import policy_state, save_atomic
 from ..config import dumps_job
 from ..envs import env_spec, make_env
+from ..gossip import fingerprint
 from ..normalize import RunningMeanStd
 from .base import Role, reconnect, recv
 
@@ -95,6 +96,7 @@ class EvaluatorRole(Role):
         self.best = self._best_so_far()
         self.last: dict[str, float] = {}
         self.evaluations = 0
+        self.results: dict[str, np.ndarray] = {}  # params fingerprint -> returns (newest 16)
         self.video_dir = ""
         if self.job.environment.record_video:
             if video_available():
@@ -160,18 +162,27 @@ class EvaluatorRole(Role):
             return False
         if msg.final and src in self.finals:
             return False
-        try:
-            self.algo.load_policy_arrays(msg.arrays)
-        except ValueError as e:
-            self.wire_stats.reject(src, wire.WireError(f"params do not fit: {e}"))
-            return False
-        if self.rms is not None:
-            self.rms.load_arrays(msg.arrays)
+        # the same parameters on the same seeds give the same returns: peers that hold
+        # one policy (gradient rounds keep them identical) are evaluated once
+        fp = fingerprint(dict(msg.arrays)) if E.deterministic else ""
+        rets = self.results.get(fp) if fp else None
+        if rets is None:
+            try:
+                self.algo.load_policy_arrays(msg.arrays)
+            except ValueError as e:
+                self.wire_stats.reject(src, wire.WireError(f"params do not fit: {e}"))
+                return False
+            if self.rms is not None:
+                self.rms.load_arrays(msg.arrays)
+            rets = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
+                                           E.n_eval_episodes, E.seed, E.deterministic,
+                                           self.video_dir, f"eval-{msg.env_steps}")
+            if fp:
+                self.results[fp] = rets
+                while len(self.results) > 16:
+                    self.results.pop(next(iter(self.results)))
         self.next_at[src] = (msg.env_steps // E.interval_steps + 1) * E.interval_steps
-        rets = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
-                                       E.n_eval_episodes, E.seed, E.deterministic,
-                                       self.video_dir, f"eval-{msg.env_steps}")
-        await self._report(msg, rets)
+        await self._report(msg, rets, fp)
         if E.stop_at_return is not None and rets.mean() >= E.stop_at_return:
             self.reached.add(src)
             self.log.info("target_reached", **{"eval/return_mean": float(rets.mean())},
@@ -187,7 +198,7 @@ class EvaluatorRole(Role):
                 return True
         return False
 
-    async def _report(self, msg: wire.Params, rets: np.ndarray) -> None:
+    async def _report(self, msg: wire.Params, rets: np.ndarray, fp: str = "") -> None:
         self.evaluations += 1
         mean, std = float(rets.mean()), float(rets.std())
         self.last = {"eval/return_mean": mean, "eval/return_std": std,
@@ -195,7 +206,7 @@ class EvaluatorRole(Role):
         best = mean > self.best
         self.log.info("evaluated", env_steps=msg.env_steps, version=msg.version,
                       episodes=len(rets), final=msg.final, best=best, member=msg.src,
-                      **self.last)
+                      params=fp[:16], **self.last)
         if best:
             self.best = mean
             state = policy_state(

@@ -1,8 +1,10 @@
-"""Decentralised DAPO end to end, on one live 4-peer CartPole job shared by every
-check: gossip rounds, skipped pulls and mixes in the logs; peer-3 killed with -9
-(no restart) and dropped by the others within heartbeat x liveness + slack; a
-peer-3 started late by hand adopts its neighbours' parameters within two gossip
-rounds and then contributes; every peer reaches 475."""
+"""Decentralised DAPO's asynchronous pull mode (reward-softmax mixing of pulled
+parameters, each peer updating on its own batch) end to end, on one live 4-peer
+CartPole job shared by every check: gossip rounds, skipped pulls and mixes in
+the logs; peer-3 killed with -9 (no restart) and dropped by the others within
+heartbeat x liveness + slack; a peer-3 started late by hand adopts its
+neighbours' parameters within two gossip rounds and then contributes; every
+peer reaches 475."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import pytest
 from tests.conftest import CONFIGS, PY, ROOT, kill_tree, read_events, start_job, wait_for
 
 TARGET = 475.0
+PULL = ("gossip.share_batch=false", 'gossip.mixing="reward_softmax"', "gossip.sync_interval=4",
+        "training.total_timesteps=100000", "evaluation.interval_steps=10000")  # per peer
 SLACK_S = 4.0
 
 
@@ -30,7 +34,7 @@ def dapo_run(tmp_path_factory):
     run, late_dir = base / "run", base / "late"
     late_dir.mkdir()
     proc = start_job(CONFIGS / "cartpole_dapo.toml", run, f"evaluation.stop_at_return={TARGET}",
-                     "launch.max_restarts_per_role={peer = 0}")  # peer-3 stays dead
+                     *PULL, "launch.max_restarts_per_role={peer = 0}")  # peer-3 stays dead
     logs = run / "logs"
     late = None
     info: dict = {}

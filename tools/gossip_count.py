@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Exchanges per gossip round, counted from the logs of real DAPO jobs.
 
-For each N in --peers, runs configs/cartpole_dapo.toml with N peers (one
+For each N in --peers, runs configs/cartpole_dapo.toml in its pull mode
+(`gossip.mixing = "uniform"`, each peer on its own batch) with N peers (one
 sampler each, no evaluator) for --seconds (+ 8 s a peer to start), stops it,
 and sums the `exchanges` of every peer's `gossip_round` event by round number.
 A round is complete when every peer logged it; its total should be
@@ -26,6 +27,7 @@ def count(n: int, seconds: float) -> tuple[dict[int, list[int]], int]:
         run = Path(tmp) / "run"
         launch(ROOT / "configs/cartpole_dapo.toml", run,
                [f"launch.peers={n}", "launch.evaluators=0", "sampling.num_envs_per_worker=4",
+                'gossip.mixing="uniform"', "gossip.share_batch=false",
                 "training.total_timesteps=10000000"], timeout=seconds)
         per_round: dict[int, list[int]] = defaultdict(list)
         for i in range(n):

@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Gossip at scale: N simulated peers (16 ... 1024) run the real neighbour
-selection (`verl_zmq.gossip.select_round`, and exact mixing's `RoundMixer.graph`)
+selection (`verl_zmq.gossip.select_round`, and `round_mix.round_graph`, the graph
+of the default gradient rounds and of exact parameter rounds)
 and mixing (`gossip.mix`, `gossip.mixing_weights`) under pure averaging: no
 learning, every peer starts from random parameters, each round every peer pulls
 from its k neighbours and mixes theta <- (1 - a) theta + a * mean(theta_neighbours)
@@ -16,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from types import SimpleNamespace
 
 import numpy as np
 
 from verl_zmq import gossip
-from verl_zmq.learning.round_mix import COMPLETE_MAX, RoundMixer
+from verl_zmq.learning.round_mix import COMPLETE_MAX, round_graph
 
 TOL = 1e-3
 
@@ -31,15 +31,13 @@ def spread(theta: np.ndarray) -> float:
 
 
 def exact_round(n: int, r: int) -> np.ndarray:
-    """In-neighbours of every peer in round `r` of exact mixing, from the peers' own
-    code (`RoundMixer.graph`): complete up to COMPLETE_MAX peers, else one-peer
-    exponential."""
+    """In-neighbours of every peer in round `r` of gradient and exact rounds, from
+    the peers' own code (`round_graph`): complete up to COMPLETE_MAX peers, else
+    one-peer exponential."""
     ids = [f"peer-{i:05d}" for i in range(n)]
     rows = []
     for me in ids:
-        node = SimpleNamespace(id=me, peers=dict.fromkeys(ids))
-        node.peers.pop(me)
-        _, into = RoundMixer(node, 1.0).graph(r)
+        _, into = round_graph(me, [i for i in ids if i != me], r)
         rows.append([int(i.split("-")[1]) for i in into])
     return np.array(rows)
 

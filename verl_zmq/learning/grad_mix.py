@@ -19,8 +19,12 @@ groups average along the exponential graph, and exact parameter rounds
 
 A neighbour whose push has not come within `gossip.round_deadline_s` is left
 out of the round (the mean is over those that came) and marked behind: no
-round waits for it again until it pushes a round as new as ours. Pushes that
-are not finite or do not have our gradient's length are refused, never mixed.
+round waits for it again until it pushes a round as new as ours. A peer that
+joins once rounds are under way (a restart) starts behind, so it never stalls
+the others; the first round of all waits longer (FIRST_ROUND_DEADLINES), since
+peers reach their first update at different times, for every peer the registry
+still lists. Pushes that are not finite or do not have our gradient's length
+are refused, never mixed.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from ..messaging import send
 from .round_mix import round_graph
 
 STRIDE = 1 << 20  # round numbers: update * STRIDE + minibatch step within it
+FIRST_ROUND_DEADLINES = 10  # the first round waits this many deadlines at most
 
 
 class GradMixer:
@@ -53,6 +58,7 @@ class GradMixer:
         self.step = 0
         self.inbox: dict[str, dict[int, wire.GossipGrads]] = {}
         self.behind: set[str] = set()
+        self.seen: set[str] = set()  # neighbours a round of ours has counted on
         self.arrived = asyncio.Event()
         self.stats = dict.fromkeys(("grad_rounds", "grad_partial_rounds",
                                     "grad_pushes_refused", "grad_pushes_stale"), 0)
@@ -128,7 +134,9 @@ class GradMixer:
         box = self.inbox.get(pid, {})
         if pid not in self.node.peers or pid in self.behind or key in box:
             return False
-        return not any(k > key for k in box)  # ahead of us: it went on without us
+        # pushes of rounds before ours only: it is behind (a restart); of rounds after
+        # ours: it went on without us. Either way this round goes on without it
+        return not box
 
     async def round(self, flat: np.ndarray, scalars: dict[str, float],
                     opens: bool) -> tuple[np.ndarray, dict[str, float]]:
@@ -144,6 +152,13 @@ class GradMixer:
             self.step += 1
         key = self.key
         send_to, hear_from = round_graph(node.id, node.peers, key)
+        first = self.stats["grad_rounds"] == 0
+        for pid in hear_from:
+            if pid not in self.seen:  # a newcomer: waited for once it keeps up
+                self.seen.add(pid)
+                if not first and not any(k >= key for k in self.inbox.get(pid, {})):
+                    self.behind.add(pid)
+        deadline = self.deadline_s * (FIRST_ROUND_DEADLINES if first else 1)
         push = wire.GossipGrads(round=key, scalars=scalars, arrays={"grad": flat})
         for pid in send_to:
             with contextlib.suppress(zmq.ZMQError, KeyError):
@@ -151,7 +166,7 @@ class GradMixer:
         t0 = time.monotonic()
         while True:
             waiting = [p for p in hear_from if self._waits_for(p, key)]
-            left = self.deadline_s - (time.monotonic() - t0)
+            left = deadline - (time.monotonic() - t0)
             if not waiting or left <= 0:
                 break
             self.arrived.clear()

@@ -97,6 +97,7 @@ class EvaluatorRole(Role):
         self.last: dict[str, float] = {}
         self.evaluations = 0
         self.results: dict[str, np.ndarray] = {}  # params fingerprint -> returns (newest 16)
+        self.held: dict[str, tuple[str, wire.Params]] = {}  # trainer -> (fingerprint, params)
         self.video_dir = ""
         if self.job.environment.record_video:
             if video_available():
@@ -151,7 +152,11 @@ class EvaluatorRole(Role):
     async def run(self) -> None:
         E = self.job.evaluation
         while True:
-            for msg in await self._latest():
+            msgs = await self._latest()
+            if E.deterministic:  # what each trainer holds now, by fingerprint
+                for msg in msgs:
+                    self.held[msg.src] = (fingerprint(dict(msg.arrays)), msg)
+            for msg in msgs:
                 if await self._evaluate(msg, E):
                     return
 
@@ -164,7 +169,7 @@ class EvaluatorRole(Role):
             return False
         # the same parameters on the same seeds give the same returns: peers that hold
         # one policy (gradient rounds keep them identical) are evaluated once
-        fp = fingerprint(dict(msg.arrays)) if E.deterministic else ""
+        fp = self.held.get(src, ("", None))[0] if E.deterministic else ""
         rets = self.results.get(fp) if fp else None
         if rets is None:
             try:
@@ -181,21 +186,31 @@ class EvaluatorRole(Role):
                 self.results[fp] = rets
                 while len(self.results) > 16:
                     self.results.pop(next(iter(self.results)))
-        self.next_at[src] = (msg.env_steps // E.interval_steps + 1) * E.interval_steps
-        await self._report(msg, rets, fp)
-        if E.stop_at_return is not None and rets.mean() >= E.stop_at_return:
-            self.reached.add(src)
-            self.log.info("target_reached", **{"eval/return_mean": float(rets.mean())},
-                          target=E.stop_at_return, env_steps=msg.env_steps, member=src,
-                          reached=len(self.reached), trainers=len(self.trainers))
-            if self._all_reached():
-                await self.job_shutdown("target_reached")
+        # every trainer that holds these very parameters has them evaluated now
+        twins = [m for f, m in self.held.values() if fp and f == fp and m.src != src]
+        for m in [msg, *twins]:
+            if await self._credit(m, rets, fp, E):
                 return True
         if msg.final:
             self.finals.add(src)
             if self._all(self.finals | self.reached):
                 await self.job_shutdown("training_finished")
                 return True
+        return False
+
+    async def _credit(self, msg: wire.Params, rets: np.ndarray, fp: str, E) -> bool:
+        """Log one trainer's evaluation; True when every trainer has reached the target."""
+        self.next_at[msg.src] = (msg.env_steps // E.interval_steps + 1) * E.interval_steps
+        await self._report(msg, rets, fp)
+        if E.stop_at_return is None or rets.mean() < E.stop_at_return:
+            return False
+        self.reached.add(msg.src)
+        self.log.info("target_reached", **{"eval/return_mean": float(rets.mean())},
+                      target=E.stop_at_return, env_steps=msg.env_steps, member=msg.src,
+                      reached=len(self.reached), trainers=len(self.trainers))
+        if self._all_reached():
+            await self.job_shutdown("target_reached")
+            return True
         return False
 
     async def _report(self, msg: wire.Params, rets: np.ndarray, fp: str = "") -> None:

@@ -1,7 +1,7 @@
 """Hosts: a hosts file, `local`, or `slurm` (the current allocation).
 
 Hosts file: one host a line,
-    [user@]host[:port] [slots=N] [roles=a,b,...] [python=PATH] [workdir=PATH]
+    [user@]host[:port] [slots=N] [gpus=N] [roles=a,b,...] [python=PATH] [workdir=PATH]
 with `#` comments and blank lines. Errors name the file and the line.
 """
 
@@ -28,6 +28,7 @@ class Host:
     user: str = ""
     port: int = 0  # 0: ssh's default (or ~/.ssh/config)
     slots: int = 0  # 0: no limit
+    gpus: int = -1  # GPUs the host has; -1: not stated (GPU roles are not bounded)
     roles: tuple[str, ...] = ()  # empty: any role
     python: str = ""
     workdir: str = ""
@@ -55,6 +56,37 @@ _HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+
                       r"(?::(?P<port>[^:]+))?$")
 
 
+def _option(opt: str, where: str) -> dict:
+    """One `key=value` of a hosts line, checked."""
+    key, eq, value = opt.partition("=")
+    if not eq or not value:
+        raise HostsError(f"{where}: option {opt!r} is not key=value")
+    if key == "slots":
+        if not value.isdigit() or int(value) < 1:
+            raise HostsError(f"{where}: slots={value!r}: expected a positive integer")
+        return {"slots": int(value)}
+    if key == "gpus":
+        if not value.isdigit():
+            raise HostsError(f"{where}: gpus={value!r}: expected a whole number")
+        return {"gpus": int(value)}
+    if key == "roles":
+        roles = tuple(r.strip() for r in value.split(",") if r.strip())
+        bad = [r for r in roles if r not in ROLE_NAMES]
+        if bad or not roles:
+            what = f"unknown role {bad[0]!r}" if bad else "no role named"
+            raise HostsError(f"{where}: roles={value!r}: {what}; roles are "
+                             f"{', '.join(ROLE_NAMES)}")
+        return {"roles": roles}
+    if key in ("python", "workdir"):
+        return {key: value}
+    import difflib
+
+    close = difflib.get_close_matches(key, ["slots", "gpus", "roles", "python", "workdir"], 1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise HostsError(f"{where}: unknown option {key!r}{hint}; options are slots=, gpus=, "
+                     f"roles=, python=, workdir=")
+
+
 def parse_hosts(text: str, source: str = "<hosts>") -> list[Host]:
     hosts: list[Host] = []
     for n, raw in enumerate(text.splitlines(), 1):
@@ -74,30 +106,7 @@ def parse_hosts(text: str, source: str = "<hosts>") -> list[Host]:
             port = int(p)
         kw: dict = {}
         for opt in opts:
-            key, eq, value = opt.partition("=")
-            if not eq or not value:
-                raise HostsError(f"{where}: option {opt!r} is not key=value")
-            if key == "slots":
-                if not value.isdigit() or int(value) < 1:
-                    raise HostsError(f"{where}: slots={value!r}: expected a positive integer")
-                kw["slots"] = int(value)
-            elif key == "roles":
-                roles = tuple(r.strip() for r in value.split(",") if r.strip())
-                bad = [r for r in roles if r not in ROLE_NAMES]
-                if bad or not roles:
-                    what = f"unknown role {bad[0]!r}" if bad else "no role named"
-                    raise HostsError(f"{where}: roles={value!r}: {what}; roles are "
-                                     f"{', '.join(ROLE_NAMES)}")
-                kw["roles"] = roles
-            elif key in ("python", "workdir"):
-                kw[key] = value
-            else:
-                import difflib
-
-                close = difflib.get_close_matches(key, ["slots", "roles", "python", "workdir"], 1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise HostsError(f"{where}: unknown option {key!r}{hint}; options are slots=, "
-                                 f"roles=, python=, workdir=")
+            kw.update(_option(opt, where))
         hosts.append(Host(address=m.group("host").strip("[]"), user=m.group("user") or "",
                           port=port, line=n, **kw))
     if not hosts:

@@ -4,12 +4,15 @@ The registry goes first (on the first host that allows it); learners, peers
 and replay shards go where they are allowed, filling hosts in order; samplers
 are spread round-robin over the hosts that allow them. `slots` bounds the
 number of roles (or, with `resources.<role>.cpu`, the cpus) put on a host.
+A role with `resources.<role>.gpu = n` gets the next n GPUs of its host, its
+own (`gpus=` in the hosts file bounds them), recorded in plan.json and exposed
+to it alone through CUDA_VISIBLE_DEVICES.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from verl_zmq.config import Job
@@ -26,6 +29,7 @@ class Placement:
     role: str
     group: str
     host: int  # index into the plan's hosts
+    gpus: list[int] = field(default_factory=list)  # its devices on that host (its own)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,21 +78,28 @@ def _cpu(job: Job, role: str) -> int:
     return max(1, res.cpu) if res is not None else 1
 
 
+def _gpu(job: Job, role: str) -> int:
+    res = getattr(job.resources, role, None)
+    return max(0, res.gpu) if res is not None else 0
+
+
 def make_plan(job: Job, hosts: list[Host]) -> Plan:
     used = [0] * len(hosts)
+    gpus_used = [0] * len(hosts)
     placements: list[Placement] = []
     rr = 0
 
     def fits(i: int, role: str) -> bool:
         h = hosts[i]
-        return h.allows(role) and (not h.slots or used[i] + _cpu(job, role) <= h.slots)
+        return h.allows(role) and (not h.slots or used[i] + _cpu(job, role) <= h.slots) \
+            and (h.gpus < 0 or gpus_used[i] + _gpu(job, role) <= h.gpus)
 
     for member_id, role, group in role_list(job):
         candidates = [i for i in range(len(hosts)) if fits(i, role)]
         if not candidates:
             allowed = [i for i in range(len(hosts)) if hosts[i].allows(role)]
             why = ("no host allows it (check roles=)" if not allowed
-                   else "every host that allows it is full (raise slots=)")
+                   else "every host that allows it is full (raise slots=, or gpus=)")
             raise HostsError(f"cannot place {member_id}: {why}")
         if role == "sampler":
             # spread: the next allowed host after the last one used
@@ -103,5 +114,8 @@ def make_plan(job: Job, hosts: list[Host]) -> Plan:
         else:
             i = candidates[0]
         used[i] += _cpu(job, role)
-        placements.append(Placement(member_id, role, group, i))
+        g = _gpu(job, role)
+        placements.append(Placement(member_id, role, group, i,
+                                    list(range(gpus_used[i], gpus_used[i] + g))))
+        gpus_used[i] += g
     return Plan(hosts, placements, job.registry_port)

@@ -17,7 +17,7 @@ from verl_zmq.ops import tb
 from verl_zmq.ops.runview import RunView
 
 from .affinity import cpu_specs
-from .plan import Plan
+from .plan import Placement, Plan
 from .remote import RoleProcess, full_argv, make_bundle
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -94,7 +94,7 @@ class Supervisor:
         self.procs = [
             RoleProcess(p, full_argv(job, plan, p, run_dir), bundle,
                         self.logs / f"{p.member_id}.jsonl", self.logs / f"{p.member_id}.err",
-                        env={**self._env(p.role),
+                        env={**self._env(p),
                              **({"VERL_CPUS": cpus[p.member_id]} if p.member_id in cpus else {})},
                         spare_argv=full_argv(job, plan, p, run_dir, standby=True)
                         if p.role in job.launch.standby else None)
@@ -102,7 +102,10 @@ class Supervisor:
         ]
         self.view = RunView(run_dir)
         self.view.poll()  # a resumed run's past: its evaluations count in the summary
-        self.progress = Progress(self.view, job.training.total_timesteps)
+        # DAPO's peers together: their budget is the group's with share_batch, else each's
+        T, peers = job.training, max(1, job.launch.peers) if job.traits.decentralised else 1
+        self.progress = Progress(self.view, T.total_timesteps * (
+            1 if job.gossip.share_batch else peers))
         self.stopping = False
         self.interrupts = 0
         self.failed: list[str] = []
@@ -116,11 +119,10 @@ class Supervisor:
             except Exception as e:  # never fail a job over its charts
                 log.warning("tensorboard_unavailable", error=str(e))
 
-    def _env(self, role: str) -> dict:
-        res = getattr(self.job.resources, role, None)
+    def _env(self, p: Placement) -> dict:
         env = {"PYTHONUNBUFFERED": "1"}
-        if res is not None and role in ("learner", "peer"):
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(res.gpu))
+        if p.role in ("learner", "peer"):  # its own devices (none: no GPU at all)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in p.gpus)
         return env
 
     def on_signal(self, sig: int) -> None:

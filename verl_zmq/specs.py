@@ -35,7 +35,8 @@ def default_specs(job: Job) -> list[RoleSpec]:
         specs += [RoleSpec("sampler", f"sampler-{p * per + i}", f"peer{p}")
                   for p in range(n) for i in range(per)]
         return specs
-    specs += [RoleSpec("learner", f"learner-{i}") for i in range(L.learners)]
+    learners = max(L.learners, job.training.num_learners)  # one group of data-parallel ranks
+    specs += [RoleSpec("learner", f"learner-{i}") for i in range(learners)]
     specs += [RoleSpec("replay", f"replay-{i}") for i in range(L.replay_shards)]
     specs += [RoleSpec("evaluator", f"evaluator-{i}") for i in range(L.evaluators)]
     specs += [RoleSpec("sampler", f"sampler-{i}") for i in range(job.sampling.num_workers)]

@@ -29,6 +29,8 @@ def check_semantics(job: Job, source: str) -> None:
         ("training.sync_interval_updates", tr.sync_interval_updates),
         ("training.prefetch", tr.prefetch),
         ("training.torch_threads", tr.torch_threads),
+        ("training.num_learners", tr.num_learners),
+        ("training.learner_timeout_s", tr.learner_timeout_s),
         ("replay.capacity", job.replay.capacity),
         ("launch.heartbeat_interval_s", lr.heartbeat_interval_s),
         ("launch.heartbeat_liveness", lr.heartbeat_liveness),
@@ -39,6 +41,7 @@ def check_semantics(job: Job, source: str) -> None:
         ("checkpoint.interval_steps", job.checkpoint.interval_steps),
     ])
     _check_launch(job, source)
+    _check_learners(job, source)
     _check_replay(job, source)
     _check_algorithm(job, source)
 
@@ -71,6 +74,22 @@ def _check_launch(job: Job, source: str) -> None:
             f"{source}: security.curve: expected true, false or \"auto\", "
             f"got {job.security.curve!r}"
         )
+
+
+def _check_learners(job: Job, source: str) -> None:
+    n = job.training.num_learners
+    if n <= 1:
+        return
+    where = f"{source}: training.num_learners"
+    if job.traits.decentralised:
+        raise ConfigError(f"{where}: {job.algorithm.name}'s peers are learners without a "
+                          f"centre; set launch.peers instead")
+    if not job.traits.on_policy:
+        raise ConfigError(f"{where}: data-parallel learners run on-policy algorithms "
+                          f"(ppo); {job.algorithm.name} learns with one learner")
+    if job.launch.learners > 1:
+        raise ConfigError(f"{where}: {n} learners are one logical learner; leave "
+                          f"launch.learners at 1")
 
 
 def _check_replay(job: Job, source: str) -> None:

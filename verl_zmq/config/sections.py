@@ -188,10 +188,14 @@ class Training:
     sync_interval_updates: int = 1  # publish params every this many updates
     max_policy_lag: int = 4  # on-policy: drop fragments this many updates older
     prefetch: int = 4  # fragments requested beyond one batch, per shard
-    device: str = "cpu"  # cpu or cuda
+    device: str = "cpu"  # cpu, cuda (cuda:N) or auto: a GPU where the learner has one
     torch_threads: int = 1  # resources.learner.cpu wins
     learn: bool = True  # false: drain batches without updating (pipeline benchmarks)
     update_delay_s: float = 0.0  # sleep after each update: a learner slowed on purpose (soak)
+    # data parallel: N learner processes are one learner (torch.distributed), each
+    # updating on its share of the batch
+    num_learners: int = 1  # processes of the one learner: gradients all-reduced (ppo)
+    learner_timeout_s: float = 60.0  # a rendezvous or collective waits at most this
 
 
 @dataclass(frozen=True)
@@ -237,8 +241,10 @@ class Gossip:
     # parameters as "exact" does; exact: every sync_interval updates, average
     # parameters with all neighbours (rounds); else mix what pulls brought, uniform
     # or by reward
-    mixing: Literal["gradients", "exact", "uniform", "reward_softmax"] = "gradients"
-    round_deadline_s: float = 0.0  # exact: wait this long for a round; 0: heartbeats
+    mixing: Literal["gradients", "exact", "uniform",
+                    "reward_softmax"] = "gradients"  # what is averaged, how
+
+    round_deadline_s: float = 0.0  # a round waits this long for a peer; 0: heartbeats
     share_batch: bool = True  # batch, steps and eval interval are the group's: 1/peers each
     mix_rate: float = 0.5
     staleness_updates: int = 50
@@ -331,6 +337,17 @@ class Job:
     @property
     def fragment_steps(self) -> int:
         return self.sampling.fragment_length * self.sampling.num_envs_per_worker
+
+    def learner_view(self) -> Job:
+        """What one of `training.num_learners` data-parallel learners updates on: its
+        share of the batch and minibatch (the gradients it averages make them the
+        group's again)."""
+        k = self.training.num_learners
+        if k <= 1:
+            return self
+        p, r = self.algorithm.params, dataclasses.replace
+        return r(self, algorithm=r(self.algorithm, params=r(
+            p, batch_size=-(-p.batch_size // k), minibatch_size=-(-p.minibatch_size // k))))
 
     def peer_view(self) -> Job:
         """What one gossip peer, its samplers and the evaluator run: with

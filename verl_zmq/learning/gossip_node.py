@@ -98,6 +98,8 @@ class GossipNode:
         if self.peers.pop(pid, None) is None:
             return
         self._close(pid)
+        if self.grads is not None:
+            self.grads.arrived.set()  # a round waiting for it stops waiting now
         self.dead[pid] = time.monotonic() + FORGET_DEAD_S
         self.info.pop(pid, None)
         self.log.info("neighbour_dropped", member=pid, reason=why, peers=len(self.peers))

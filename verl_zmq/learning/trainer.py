@@ -32,18 +32,30 @@ from .state import TrainState
 Hook = Callable[[], Awaitable[None]]
 
 
+def resolve_device(name: str) -> str:
+    """`training.device`: "auto" is the first GPU this process may see, else the CPU."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
 class Trainer:
     """A learner's state and its update, params and checkpoint steps."""
 
     def __init__(self, job: Job, spec: EnvSpec, checkpoint_dir: Path, log,
-                 reduce_grads: GradReduce | None = None):
+                 reduce_grads: GradReduce | None = None,
+                 sum_steps: Callable[[int], int] | None = None, primary: bool = True):
         self.job, self.spec, self.log = job, spec, log
+        # data-parallel learners: the group's env steps after each update, and only
+        # the primary (rank 0) writes checkpoints
+        self.sum_steps, self.primary = sum_steps, primary
         self.checkpoint_dir = checkpoint_dir
         self.rms = RunningMeanStd(spec.obs_shape)
         norm = job.environment.normalize_obs
         # demonstrations are raw observations: they are normalised like the fragments
         transform = (lambda x: self.rms.normalize(x, job.environment.clip_obs)) if norm else None
-        self.algo = make_algorithm(job, spec, job.training.device, obs_transform=transform,
+        self.device = resolve_device(job.training.device)
+        self.algo = make_algorithm(job, spec, self.device, obs_transform=transform,
                                    reduce_grads=reduce_grads)
         self.state = TrainState()
         self.rng = np.random.default_rng(job.experiment.seed)  # checkpointed: exact resume
@@ -120,6 +132,9 @@ class Trainer:
             await feed.done(learned)
             if learned is None:
                 continue
+            if self.sum_steps is not None:  # every rank ends, publishes, saves alike
+                self.state.env_steps = await asyncio.to_thread(self.sum_steps,
+                                                               self.state.env_steps)
             await after_update()
             if T.update_delay_s > 0:
                 await asyncio.sleep(T.update_delay_s)
@@ -143,6 +158,8 @@ class Trainer:
                 "numpy_rng": json.dumps(self.rng.bit_generator.state)}
 
     def checkpoint(self) -> None:
+        if not self.primary:
+            return
         path = write_checkpoint(self.checkpoint_dir, self.state.env_steps, self._state(),
                                 self.job.checkpoint.keep)
         self.log.info("checkpoint_saved", path=str(path), env_steps=self.state.env_steps,
@@ -152,7 +169,7 @@ class Trainer:
         path = self.checkpoint_dir / "latest.pt"
         if not path.exists():
             return
-        state = load_checkpoint(path, self.job.training.device)
+        state = load_checkpoint(path, self.device)
         self.algo.load_state_dict(state["algo"])
         self.state.env_steps = int(state["env_steps"])
         self.state.version = int(state["version"])

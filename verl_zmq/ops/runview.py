@@ -46,6 +46,7 @@ class RunView:
     steps_at: deque = field(default_factory=lambda: deque(maxlen=4096))
     _tails: dict[Path, _Tail] = field(default_factory=dict)
     _sampler_returns: dict[str, float] = field(default_factory=dict)
+    _peer_steps: dict[str, int] = field(default_factory=dict)  # DAPO: the group is their sum
 
     def poll(self) -> list[dict]:
         """Read what was appended since the last call; returns the new events by time."""
@@ -77,18 +78,20 @@ class RunView:
         elif name == "metrics":
             self._metrics(m, ev, ts)
         elif name == "evaluated" and isinstance(ev.get("eval/return_mean"), int | float):
-            self.evals.append((int(ev.get("env_steps", 0)), float(ev["eval/return_mean"]), ts))
-            self._steps(self.evals[-1][0], ts)  # fresher than metrics
+            steps = int(ev.get("env_steps", 0))
+            self._steps(steps, ts, ev.get("member"))  # fresher than metrics
+            self.evals.append((self.env_steps if self._peer_steps else steps,
+                               float(ev["eval/return_mean"]), ts))
         elif name == "training_finished":
             self.finished = True
             if isinstance(ev.get("env_steps"), int):
-                self._steps(ev["env_steps"], ts)
+                self._steps(ev["env_steps"], ts, mid)
 
     def _metrics(self, m: MemberView, ev: dict, ts: float) -> None:
         m.metrics = ev
         for k in STEP_KEYS:
             if isinstance(ev.get(k), int | float):
-                self._steps(int(ev[k]), ts)
+                self._steps(int(ev[k]), ts, m.id)
         for k in DROPPED_KEYS:
             if isinstance(ev.get(k), int | float):
                 self.dropped = max(self.dropped, int(ev[k]))
@@ -99,7 +102,11 @@ class RunView:
             vals = self._sampler_returns.values()
             self.train.append((self.env_steps, sum(vals) / len(vals), ts))
 
-    def _steps(self, n: int, ts: float) -> None:
+    def _steps(self, n: int, ts: float, member=None) -> None:
+        """A trainer's env steps: the job's are a learner's, or the sum of the peers'."""
+        if isinstance(member, str) and member.startswith("peer-"):
+            self._peer_steps[member] = max(self._peer_steps.get(member, 0), n)
+            n = sum(self._peer_steps.values())
         if n > self.env_steps:
             self.env_steps = n
             if ts:

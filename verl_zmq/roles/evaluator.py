@@ -98,6 +98,7 @@ class EvaluatorRole(Role):
         self.evaluations = 0
         self.results: dict[str, np.ndarray] = {}  # params fingerprint -> returns (newest 16)
         self.held: dict[str, tuple[str, wire.Params]] = {}  # trainer -> (fingerprint, params)
+        self.credited: dict[str, int] = {}  # trainer -> the version last evaluated
         self.video_dir = ""
         if self.job.environment.record_video:
             if video_available():
@@ -116,9 +117,11 @@ class EvaluatorRole(Role):
 
     def on_membership(self, members) -> None:
         super().on_membership(members)
-        # a learner of our group; every DAPO peer, whatever its group
-        wanted = {m.id: m.endpoints.get("params", "") for m in members.values()
-                  if (m.group == self.ctx.group and m.role == "learner") or m.role == "peer"}
+        # a learner of our group (rank 0 of data-parallel ones: the others publish
+        # nothing); every DAPO peer, whatever its group
+        wanted = {m.id: m.endpoints["params"] for m in members.values()
+                  if ((m.group == self.ctx.group and m.role == "learner") or m.role == "peer")
+                  and m.endpoints.get("params")}
         reconnect(self.sub, self.learners, wanted, self.log, "learner")
         self.trainers = set(wanted)
 
@@ -153,43 +156,29 @@ class EvaluatorRole(Role):
         E = self.job.evaluation
         while True:
             msgs = await self._latest()
-            if E.deterministic:  # what each trainer holds now, by fingerprint
-                for msg in msgs:
-                    self.held[msg.src] = (fingerprint(dict(msg.arrays)), msg)
+            for msg in msgs:  # what each trainer holds now (and, deterministic, its print)
+                self.held[msg.src] = (fingerprint(dict(msg.arrays)) if E.deterministic
+                                      else "", msg)
             for msg in msgs:
                 if await self._evaluate(msg, E):
                     return
 
     async def _evaluate(self, msg: wire.Params, E) -> bool:
-        """Evaluate one sender's params when due; True when the job should end."""
+        """Evaluate one sender's params when due; True when the job should end. With
+        DAPO every peer's newest params are evaluated with them: the peers are
+        compared at one moment, each about once an interval, and identical ones
+        (gradient rounds) are one evaluation credited to each."""
         src = msg.src
         if msg.env_steps < self.next_at.get(src, 0) and not msg.final:
             return False
         if msg.final and src in self.finals:
             return False
-        # the same parameters on the same seeds give the same returns: peers that hold
-        # one policy (gradient rounds keep them identical) are evaluated once
-        fp = self.held.get(src, ("", None))[0] if E.deterministic else ""
-        rets = self.results.get(fp) if fp else None
-        if rets is None:
-            try:
-                self.algo.load_policy_arrays(msg.arrays)
-            except ValueError as e:
-                self.wire_stats.reject(src, wire.WireError(f"params do not fit: {e}"))
-                return False
-            if self.rms is not None:
-                self.rms.load_arrays(msg.arrays)
-            rets = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
-                                           E.n_eval_episodes, E.seed, E.deterministic,
-                                           self.video_dir, f"eval-{msg.env_steps}")
-            if fp:
-                self.results[fp] = rets
-                while len(self.results) > 16:
-                    self.results.pop(next(iter(self.results)))
-        # every trainer that holds these very parameters has them evaluated now
-        twins = [m for f, m in self.held.values() if fp and f == fp and m.src != src]
-        for m in [msg, *twins]:
-            if await self._credit(m, rets, fp, E):
+        others = [m for s, (_, m) in self.held.items() if s != src and s in self.trainers
+                  and self.credited.get(s) != m.version] \
+            if self.job.traits.decentralised else []
+        for m in [msg, *others]:
+            rets = await self._returns(m, E)
+            if rets is not None and await self._credit(m, rets, self._fp(m.src), E):
                 return True
         if msg.final:
             self.finals.add(src)
@@ -198,8 +187,35 @@ class EvaluatorRole(Role):
                 return True
         return False
 
+    def _fp(self, src: str) -> str:
+        return self.held.get(src, ("", None))[0]
+
+    async def _returns(self, msg: wire.Params, E) -> np.ndarray | None:
+        """The episodes' returns of these params: run, or known from the same params
+        (same seeds, same returns); None when they do not fit."""
+        fp = self._fp(msg.src)
+        rets = self.results.get(fp) if fp else None
+        if rets is not None:
+            return rets
+        try:
+            self.algo.load_policy_arrays(msg.arrays)
+        except ValueError as e:
+            self.wire_stats.reject(msg.src, wire.WireError(f"params do not fit: {e}"))
+            return None
+        if self.rms is not None:
+            self.rms.load_arrays(msg.arrays)
+        rets = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
+                                       E.n_eval_episodes, E.seed, E.deterministic,
+                                       self.video_dir, f"eval-{msg.env_steps}")
+        if fp:
+            self.results[fp] = rets
+            while len(self.results) > 16:
+                self.results.pop(next(iter(self.results)))
+        return rets
+
     async def _credit(self, msg: wire.Params, rets: np.ndarray, fp: str, E) -> bool:
         """Log one trainer's evaluation; True when every trainer has reached the target."""
+        self.credited[msg.src] = msg.version
         self.next_at[msg.src] = (msg.env_steps // E.interval_steps + 1) * E.interval_steps
         await self._report(msg, rets, fp)
         if E.stop_at_return is None or rets.mean() < E.stop_at_return:

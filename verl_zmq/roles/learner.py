@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -21,10 +23,12 @@ import torch
 import zmq
 
 from ..envs import env_spec
+from ..learning.data_parallel import LearnerGroup, free_port
 from ..learning.feeds import make_feed
 from ..learning.links import ShardAddress
-from ..learning.trainer import Trainer
-from .base import Role, send
+from ..learning.trainer import Trainer, resolve_device
+from .base import Role, index_of, send
+from .service import EXIT_FAILED
 
 REPUBLISH_S = 2.0
 FINAL_PUBLISH_S = 120.0  # how long final params are offered to the evaluator
@@ -36,19 +40,34 @@ class LearnerRole(Role):
     name = "learner"
 
     async def setup(self) -> None:
-        job = self.job
+        job = self.job = self.job.learner_view()  # one rank's share (num_learners)
         torch.set_num_threads(getattr(job.resources, self.name).cpu or job.training.torch_threads)
         torch.manual_seed(job.experiment.seed)  # the samplers build the same initial net
         np.random.seed(job.experiment.seed)
         self.spec = env_spec(job.environment)
+        T = job.training
+        self.group = None
+        if T.num_learners > 1 and self.name == "learner":
+            self.group = LearnerGroup(index_of(self.id), T.num_learners,
+                                      resolve_device(T.device), T.learner_timeout_s)
+        self.formed: dict[str, int] = {}  # the group's members and incarnations, once formed
         self.trainer = Trainer(job, self.spec, self.checkpoint_dir(), self.log,
-                               reduce_grads=self.grad_reducer())
+                               reduce_grads=self.grad_reducer(),
+                               sum_steps=self.group.sum_steps if self.group else None,
+                               primary=self.primary)
         self.algo = self.trainer.algo
-        # XPUB: a new subscriber (a sampler, the evaluator, after our restart or
-        # theirs) is heard, and gets the latest params at once, not at the next update
-        self.pub, pub_ep = self.ctx.transport.bind(zmq.XPUB, "params", hwm=8)
-        self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
-        self.endpoints = {"params": pub_ep}
+        self.pub = None
+        self.endpoints = {}
+        if self.primary:
+            # XPUB: a new subscriber (a sampler, the evaluator, after our restart or
+            # theirs) is heard, and gets the latest params at once, not at the next update
+            self.pub, pub_ep = self.ctx.transport.bind(zmq.XPUB, "params", hwm=8)
+            self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+            self.endpoints["params"] = pub_ep
+        if self.group is not None and self.primary:
+            t = self.ctx.transport
+            port = free_port(t.host, *self.job.launch.port_range)
+            self.endpoints["dist"] = f"tcp://{t.host}:{port}"
         self.feed = make_feed(self.trainer, {
             "transport": self.ctx.transport, "log": self.log, "stats": self.wire_stats,
             "src": self.id, "spawn": lambda coro: self.tasks.create_task(coro)})
@@ -64,9 +83,66 @@ class LearnerRole(Role):
     def checkpoint_dir(self) -> Path:
         return Path(self.ctx.run_dir) / "checkpoints"
 
+    @property
+    def primary(self) -> bool:
+        """Publishes params and writes checkpoints: the learner, or a group's rank 0."""
+        return self.group is None or self.group.primary
+
     def grad_reducer(self):
-        """What averages the update's gradients with others (gossip peers), or None."""
-        return None
+        """What averages the update's gradients with others (data-parallel ranks,
+        gossip peers), or None."""
+        return self.group.reduce if self.group is not None else None
+
+    # -- data-parallel ranks ----------------------------------------------------------
+
+    async def _form_group(self) -> None:
+        """Join the group's ranks at rank 0's `dist` endpoint, then take rank 0's state."""
+        g, T = self.group, self.job.training
+        deadline = time.monotonic() + T.learner_timeout_s
+        while True:
+            ranks = {m.id: m for m in self.members_of("learner")
+                     if m.group == self.ctx.group and index_of(m.id) < g.world}
+            first = ranks.get("learner-0")
+            if first is not None and first.endpoints.get("dist") and len(ranks) == g.world:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"learner group: {g.world - len(ranks)} of {g.world} learners "
+                                   f"did not register within {T.learner_timeout_s:g}s "
+                                   f"(have {sorted(ranks)})")
+            await asyncio.sleep(0.1)
+        endpoint = first.endpoints["dist"]
+        self.log.info("learner_group_joining", rank=g.rank, world=g.world, backend=g.backend,
+                      endpoint=endpoint)
+        if not g.primary:  # rank 0 restarting meanwhile: this join would wait for nothing
+            self.formed = {"learner-0": first.incarnation}
+        await asyncio.to_thread(g.join, endpoint)
+        modules = [v for v in (getattr(self.algo, a) for a in self.algo.state_attrs)
+                   if isinstance(v, torch.nn.Module)]
+        opts = [v for v in (getattr(self.algo, a) for a in self.algo.state_attrs)
+                if isinstance(v, torch.optim.Optimizer)]
+        s = self.trainer.state
+        s.env_steps, s.version, self.algo.updates = await asyncio.to_thread(
+            g.broadcast_state, modules, opts, [s.env_steps, s.version, self.algo.updates])
+        g.group_steps = s.env_steps
+        self.formed = {m.id: m.incarnation for m in ranks.values()}
+        self.log.info("learner_group_formed", rank=g.rank, world=g.world, backend=g.backend,
+                      env_steps=s.env_steps, version=s.version, members=sorted(self.formed))
+
+    def _check_group(self, members) -> None:
+        """A rank that left or restarted breaks the group: a collective would wait for
+        it until the timeout. Leave at once; the launcher restarts us and the group
+        forms again from rank 0's latest checkpoint."""
+        if not self.formed or self.finished or self.stop_event.is_set():
+            return
+        now = {m.id: m.incarnation for m in members.values()}
+        gone = sorted(i for i, inc in self.formed.items() if now.get(i) != inc)
+        if gone:
+            self.log.error("learner_group_broken", lost=gone, rank=self.group.rank)
+            print(f"error: {self.id}: learner group broken: {', '.join(gone)} left or "
+                  f"restarted; leaving so that the group forms again", file=sys.stderr,
+                  flush=True)
+            # a collective in the update's thread cannot be interrupted: exit now
+            os._exit(EXIT_FAILED)
 
     @property
     def version(self) -> int:
@@ -81,6 +157,8 @@ class LearnerRole(Role):
     def on_membership(self, members) -> None:
         super().on_membership(members)
         self.shards_changed.set()
+        if self.group is not None:
+            self._check_group(members)
 
     async def _shards_loop(self) -> None:
         while True:
@@ -97,6 +175,8 @@ class LearnerRole(Role):
     # -- params -------------------------------------------------------------------
 
     async def publish(self, final: bool = False) -> None:
+        if self.pub is None:  # a data-parallel rank other than 0: rank 0 publishes
+            return
         await send(self.pub, self.trainer.params(final), self.id)
         self.published_at = time.monotonic()
 
@@ -121,10 +201,16 @@ class LearnerRole(Role):
         """After each update (a gossip peer exchanges and mixes here)."""
 
     async def _train(self) -> None:
+        if self.group is not None:
+            await self._form_group()
         await self.publish()
         await self.trainer.run(self.feed, self.publish, self.after_update)
         self.finished = True
         await asyncio.to_thread(self.trainer.checkpoint)
+        if not self.primary:  # rank 0 offers the final params and ends the job
+            self.log.info("training_finished", env_steps=self.env_steps, version=self.version,
+                          updates=self.algo.updates, **self.finish_counts())
+            return
         self.log.info("training_finished", env_steps=self.env_steps, version=self.version,
                       updates=self.algo.updates, **self.finish_counts())
         await self.finish()
@@ -146,6 +232,8 @@ class LearnerRole(Role):
         return [m for m in self.members.values() if m.role == role]
 
     def tasks_to_run(self) -> list:
+        if self.pub is None:
+            return [self._shards_loop(), self._train()]
         return [self._shards_loop(), self._subscribers_loop(), self._republish_loop(),
                 self._train()]
 

@@ -1,0 +1,143 @@
+"""Data-parallel learners (`training.num_learners`): two PPO ranks joined by
+torch.distributed (gloo) hold bit-identical parameters after each of 50 updates
+on different batches, rank 1 starting from other weights (rank 0's state is
+broadcast); the job file's checks and each rank's share of the batch; and end
+to end, a CartPole job with two learners where learner-1 is killed with -9:
+the group breaks, forms again from rank 0's checkpoint, and the job reaches
+475."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import CONFIGS, kill_tree, read_events, start_job, wait_for
+from tests.test_grad_mix import ppo_batch
+from verl_zmq.config import ConfigError, load_job
+from verl_zmq.learning.data_parallel import free_port
+
+UPDATES = 50
+
+
+def _rank(rank: int, port: int, out: str) -> None:
+    from verl_zmq.algos import make_algorithm
+    from verl_zmq.algos.base import Progress
+    from verl_zmq.envs import env_spec
+    from verl_zmq.learning.data_parallel import LearnerGroup
+
+    torch.set_num_threads(1)
+    job = load_job(CONFIGS / "cartpole_ppo.toml", [
+        "training.num_learners=2", "algorithm.params.batch_size=128",
+        "algorithm.params.minibatch_size=64", "algorithm.params.n_epochs=2"]).learner_view()
+    g = LearnerGroup(rank, 2, "cpu", 60.0)
+    g.join(f"tcp://127.0.0.1:{port}")
+    algo = make_algorithm(job, env_spec(job.environment), reduce_grads=g.reduce)
+    algo.init_policy()
+    if rank == 1:  # a rank that resumed from elsewhere: rank 0's state wins
+        with torch.no_grad():
+            for p in algo.net.parameters():
+                p.add_(1.0)
+    g.broadcast_state([algo.net], [algo.opt], [0, 0, 0])
+    rng = np.random.default_rng(100 + rank)  # each rank its own experience
+    prints = []
+    for u in range(UPDATES):
+        algo.learn(ppo_batch(rng, 8, 8), Progress(fraction=u / UPDATES))
+        prints.append(hashlib.sha256(b"".join(p.detach().numpy().tobytes()
+                                               for p in algo.net.parameters())).hexdigest())
+    with open(out, "w") as f:
+        json.dump(prints, f)
+    g.leave()
+
+
+@pytest.mark.timeout(300)
+def test_two_ranks_hold_identical_parameters_after_every_update(tmp_path):
+    port = free_port("127.0.0.1", 29500, 29999)
+    ctx = mp.get_context("spawn")
+    outs = [str(tmp_path / f"rank{r}.json") for r in range(2)]
+    procs = [ctx.Process(target=_rank, args=(r, port, outs[r])) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(240)
+        assert p.exitcode == 0
+    a, b = (json.loads(Path(o).read_text()) for o in outs)
+    assert len(a) == len(b) == UPDATES
+    assert a == b  # every update, bit for bit
+    assert len(set(a)) == UPDATES  # and they did learn: every update changed something
+
+
+def test_each_rank_takes_its_share_and_bad_combinations_are_refused():
+    job = load_job(CONFIGS / "cartpole_ppo.toml", ["training.num_learners=2"])
+    view = job.learner_view()
+    p, q = job.algorithm.params, view.algorithm.params
+    assert q.batch_size == -(-p.batch_size // 2) and q.minibatch_size == -(-p.minibatch_size // 2)
+    from verl_zmq.specs import default_specs
+
+    assert [s.member_id for s in default_specs(job) if s.role == "learner"] == \
+        ["learner-0", "learner-1"]
+    for conf, over, words in [
+            ("cartpole_dqn.toml", ["training.num_learners=2"], "on-policy"),
+            ("cartpole_dapo.toml", ["training.num_learners=2"], "launch.peers"),
+            ("cartpole_ppo.toml", ["training.num_learners=2", "launch.learners=2"],
+             "launch.learners"),
+            ("cartpole_ppo.toml", ["training.num_learners=0"], "positive")]:
+        with pytest.raises(ConfigError) as e:
+            load_job(CONFIGS / conf, over)
+        assert "training.num_learners" in str(e.value) and words in str(e.value), str(e.value)
+
+
+@pytest.mark.timeout(900)
+def test_a_killed_learner_makes_the_group_form_again_and_the_job_reach_its_target(tmp_path):
+    run = tmp_path / "run"
+    proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "training.num_learners=2",
+                     "checkpoint.interval_steps=4000", "evaluation.stop_at_return=475")
+    logs = run / "logs"
+    try:
+        wait_for(lambda: any(e.get("event") == "checkpoint_saved"
+                             for e in read_events(logs / "learner-0.jsonl")), 300,
+                 what="a checkpoint by rank 0")
+        pid = [e["pid"] for e in read_events(logs / "launcher.jsonl")
+               if e.get("event") == "role_started" and e.get("member") == "learner-1"][-1]
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.time()
+        out, err = proc.communicate(timeout=600)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 0, err[-3000:]
+    l0 = read_events(logs / "learner-0.jsonl")
+    assert any(e.get("event") == "learner_group_broken" and e["ts"] > killed_at for e in l0)
+    formed = [e for e in l0 + read_events(logs / "learner-1.jsonl")
+              if e.get("event") == "learner_group_formed" and e["ts"] > killed_at]
+    assert {e["rank"] for e in formed} == {0, 1}
+    assert min(e["env_steps"] for e in formed) >= 4000  # from the checkpoint, not from 0
+    evs = [e for e in read_events(logs / "evaluator-0.jsonl") if e.get("event") == "evaluated"]
+    assert max(e["eval/return_mean"] for e in evs) >= 475
+    assert {e["member"] for e in evs} == {"learner-0"}  # rank 0 alone publishes
+
+
+def test_each_learner_gets_its_own_gpus_on_a_host():
+    from launcher.hosts import HostsError, parse_hosts
+    from launcher.plan import make_plan
+
+    job = load_job(CONFIGS / "cartpole_ppo.toml", ["training.num_learners=4",
+                                                   "resources.learner.gpu=1"])
+    plan = make_plan(job, parse_hosts("127.0.0.1 gpus=4\n"))
+    got = {p.member_id: p.gpus for p in plan.placements if p.role == "learner"}
+    assert got == {f"learner-{i}": [i] for i in range(4)}
+    assert all(p.gpus == [] for p in plan.placements if p.role != "learner")
+    assert '"gpus": [\n        3\n      ]' in plan.to_json()
+    two = load_job(CONFIGS / "cartpole_ppo.toml", ["training.num_learners=2",
+                                                   "resources.learner.gpu=2"])
+    plan = make_plan(two, parse_hosts("127.0.0.1 gpus=4\n"))
+    assert [p.gpus for p in plan.placements if p.role == "learner"] == [[0, 1], [2, 3]]
+    with pytest.raises(HostsError, match="gpus="):
+        make_plan(job, parse_hosts("127.0.0.1 gpus=3\n"))

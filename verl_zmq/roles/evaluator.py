@@ -25,6 +25,8 @@ from ..gossip import fingerprint
 from ..normalize import RunningMeanStd
 from .base import Role, reconnect, recv
 
+HISTORY = 16  # versions of each peer remembered by fingerprint
+
 
 def video_available() -> bool:
     try:
@@ -98,7 +100,8 @@ class EvaluatorRole(Role):
         self.evaluations = 0
         self.results: dict[str, np.ndarray] = {}  # params fingerprint -> returns (newest 16)
         self.held: dict[str, tuple[str, wire.Params]] = {}  # trainer -> (fingerprint, params)
-        self.credited: dict[str, int] = {}  # trainer -> the version last evaluated
+        self.credited: dict[str, int] = {}  # trainer -> the version last charted
+        self.history: dict[str, dict[str, int]] = {}  # DAPO peer -> recent prints: version
         self.video_dir = ""
         if self.job.environment.record_video:
             if video_available():
@@ -129,7 +132,13 @@ class EvaluatorRole(Role):
         """Block for params, then drain the queue: the newest of each sender."""
         _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
         newest: dict[str, wire.Params] = {}
+        track = self.job.traits.decentralised and self.job.evaluation.deterministic
         while True:
+            if msg is not None and track:  # every version a peer held, by fingerprint
+                self.history.setdefault(msg.src, {})[fingerprint(dict(msg.arrays))] = \
+                    msg.version
+                while len(self.history[msg.src]) > HISTORY:
+                    self.history[msg.src].pop(next(iter(self.history[msg.src])))
             if msg is not None:
                 cur = newest.get(msg.src)
                 if cur is None or msg.version >= cur.version or msg.final:
@@ -165,20 +174,35 @@ class EvaluatorRole(Role):
 
     async def _evaluate(self, msg: wire.Params, E) -> bool:
         """Evaluate one sender's params when due; True when the job should end. With
-        DAPO every peer's newest params are evaluated with them: the peers are
-        compared at one moment, each about once an interval, and identical ones
-        (gradient rounds) are one evaluation credited to each."""
+        DAPO every live peer is covered in the same round, once: the newest
+        parameters that every peer holds or held (gradient rounds keep the peers
+        identical; one may be an update ahead) are evaluated once and credited to
+        all; peers with parameters of their own are each evaluated on their newest."""
         src = msg.src
         if msg.env_steps < self.next_at.get(src, 0) and not msg.final:
             return False
         if msg.final and src in self.finals:
             return False
-        others = [m for s, (_, m) in self.held.items() if s != src and s in self.trainers
-                  and self.credited.get(s) != m.version] \
-            if self.job.traits.decentralised else []
-        for m in [msg, *others]:
-            rets = await self._returns(m, E)
-            if rets is not None and await self._credit(m, rets, self._fp(m.src), E):
+        if self.job.traits.decentralised:
+            live = [m for s, (_, m) in self.held.items() if s in self.trainers or s == src]
+            common = [m for m in live if self._fp(m.src) and all(
+                self._fp(m.src) in self.history.get(o.src, {}) for o in live)]
+            if common:  # one evaluation, every peer's
+                one = max(common, key=lambda m: m.version)
+                rets = await self._returns(one, E)
+                for m in live if rets is not None else []:
+                    if self.credited.get(m.src) == m.version and m.src != src:
+                        continue  # this very version is charted already
+                    if await self._credit(m, rets, self._fp(one.src), E):
+                        return True
+            else:
+                for m in [msg, *(o for o in live if o.src != src)]:
+                    rets = await self._returns(m, E)
+                    if rets is not None and await self._credit(m, rets, self._fp(m.src), E):
+                        return True
+        else:
+            rets = await self._returns(msg, E)
+            if rets is not None and await self._credit(msg, rets, self._fp(src), E):
                 return True
         if msg.final:
             self.finals.add(src)

@@ -341,13 +341,16 @@ class Job:
     def learner_view(self) -> Job:
         """What one of `training.num_learners` data-parallel learners updates on: its
         share of the batch and minibatch (the gradients it averages make them the
-        group's again)."""
+        group's again). No fragments are prefetched beyond a rank's share: paced
+        samplers ship one batch for the group, and a rank holding more than its
+        share would leave another waiting for fragments nobody ships."""
         k = self.training.num_learners
         if k <= 1:
             return self
         p, r = self.algorithm.params, dataclasses.replace
         return r(self, algorithm=r(self.algorithm, params=r(
-            p, batch_size=-(-p.batch_size // k), minibatch_size=-(-p.minibatch_size // k))))
+            p, batch_size=-(-p.batch_size // k), minibatch_size=-(-p.minibatch_size // k))),
+            training=r(self.training, prefetch=0))
 
     def peer_view(self) -> Job:
         """What one gossip peer, its samplers and the evaluator run: with

@@ -193,7 +193,12 @@ class SamplerRole(Role):
         reconnect(self.push, self.shards, shards, self.log, "shard")
         if self.pacer is not None and before and self.shards != before:
             self.pacer.reset()  # what a shard that left held is lost: count afresh
+        before_learners = dict(self.learners)
         reconnect(self.sub, self.learners, learners, self.log, "learner")
+        if self.pacer is not None and before_learners and self.learners != before_learners:
+            # a learner restarted: the fragments it held are gone, and it may resume at
+            # the very version we heard last, so no lower version would tell us
+            self.pacer.reset()
         if self.shards:
             self.shard_ready.set()
         else:

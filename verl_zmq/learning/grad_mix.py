@@ -134,9 +134,11 @@ class GradMixer:
         box = self.inbox.get(pid, {})
         if pid not in self.node.peers or pid in self.behind or key in box:
             return False
-        # pushes of rounds before ours only: it is behind (a restart); of rounds after
-        # ours: it went on without us. Either way this round goes on without it
-        return not box
+        if any(k > key for k in box):
+            return False  # it went on without us
+        # in this update or finishing the one before: it is coming. Further behind (a
+        # restart): this round goes on without it, and it jumps to ours when it opens
+        return not box or max(box) // STRIDE >= self.update - 1
 
     async def round(self, flat: np.ndarray, scalars: dict[str, float],
                     opens: bool) -> tuple[np.ndarray, dict[str, float]]:

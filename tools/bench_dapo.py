@@ -23,6 +23,7 @@ means to `ppo`. (Peers that average gradients hold identical parameters, so
 "every peer" is also their average's.)
 
     python tools/bench_dapo.py [--seeds 0 1 2] [--arms dapo dapo-alone ppo]
+    python tools/bench_dapo.py --task pendulum --arms dapo dapo-alone ppo  # to -300
 """
 
 from __future__ import annotations
@@ -73,16 +74,26 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "dapo-pull": (DAPO_JOB, PULL),
 }
 DEFAULT_ARMS = ["dapo", "dapo-alone", "ppo", "ppo-x4"]
+# a second task, with continuous actions: the same arms with these overrides on top
+# (ppo-x4 and the pull arm keep CartPole's batch arithmetic: not for this task)
+TASKS: dict[str, tuple[list[str], float]] = {
+    "cartpole": ([], 475.0),
+    "pendulum": (['environment.id="Pendulum-v1"', "algorithm.params.gamma=0.9",
+                  "algorithm.params.batch_size=2048", "algorithm.params.minibatch_size=256",
+                  "algorithm.params.n_epochs=10", "algorithm.params.ent_coef=0.0",
+                  "training.total_timesteps=400000", "evaluation.interval_steps=20000"],
+                 -300.0),
+}
 
 
-def run_arm(arm: str, seed: int, target: float) -> dict:
+def run_arm(arm: str, seed: int, target: float, task: list[str] = ()) -> dict:
     """Total env steps and seconds from the first env step to the first trainer and
     to every trainer reaching `target` (None: not within the budget)."""
     job, over = ARMS[arm]
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         t0 = time.time()
-        launch(ROOT / job, run, [*over, f"experiment.seed={seed}",
+        launch(ROOT / job, run, [*over, *task, f"experiment.seed={seed}",
                                  f"evaluation.stop_at_return={target}"], timeout=3600)
         wall = time.time() - t0
         evs = [e for e in events(run / "logs" / "evaluator-0.jsonl")
@@ -121,14 +132,17 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=DEFAULT_ARMS)
-    ap.add_argument("--target", type=float, default=475.0)
+    ap.add_argument("--task", choices=sorted(TASKS), default="cartpole")
+    ap.add_argument("--target", type=float, default=None, help="default: the task's")
     args = ap.parse_args(argv)
+    task, default_target = TASKS[args.task]
+    args.target = default_target if args.target is None else args.target
     print(f"{'arm':<11}{'seed':>5}{'steps first':>13}{'steps all':>12}{'s first':>9}"
           f"{'s all':>8}{'process s':>11}")
     rows: dict[str, list[dict]] = {a: [] for a in args.arms}
     for seed in args.seeds:
         for arm in args.arms:  # interleaved: a drifting machine load hits every arm alike
-            r = run_arm(arm, seed, args.target)
+            r = run_arm(arm, seed, args.target, task)
             rows[arm].append(r)
             print(f"{arm:<11}{seed:>5}{fmt(r['first_steps']):>13}{fmt(r['all_steps']):>12}"
                   f"{fmt(r['first_s'], '.1f'):>9}{fmt(r['all_s'], '.1f'):>8}"

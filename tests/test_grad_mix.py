@@ -9,7 +9,6 @@ far behind never stalls the others and jumps to their update."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,6 +17,7 @@ import torch
 import zmq
 import zmq.asyncio
 
+from tests.gossip_fakes import peer_group
 from verl_zmq import wire
 from verl_zmq.algos import make_algorithm
 from verl_zmq.algos.base import Progress
@@ -58,22 +58,8 @@ class FakePeer:
                 self.grads.receive(msg.src, msg)
 
 
-@contextlib.asynccontextmanager
-async def group(n: int, deadline_s: float = 5.0):
-    ctx = zmq.asyncio.Context()
-    t = Transport(ctx, inproc=True)
-    peers = [FakePeer(t, f"peer-{i}", deadline_s) for i in range(n)]
-    for p in peers:
-        p.peers = {q.id: q for q in peers if q is not p}
-    tasks = [asyncio.create_task(p.serve()) for p in peers]
-    try:
-        yield peers
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        t.close()
-        ctx.term()
+def group(n: int, deadline_s: float = 5.0):
+    return peer_group(lambda t, pid, _: FakePeer(t, pid, deadline_s), n)
 
 
 def ppo_batch(rng: np.random.Generator, T: int = 8, N: int = 8) -> dict[str, np.ndarray]:

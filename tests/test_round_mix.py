@@ -7,7 +7,6 @@ one-peer exponential graph beyond; a peer far behind takes the others' round."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from tests.gossip_fakes import peer_group
 from verl_zmq import wire
 from verl_zmq.learning.round_mix import RoundMixer
 from verl_zmq.log import get_logger
@@ -69,22 +69,8 @@ class FakePeer:
                 self.mixer.receive(msg.src, msg)
 
 
-@contextlib.asynccontextmanager
-async def group(values, deadline_s=2.0):
-    ctx = zmq.asyncio.Context()
-    t = Transport(ctx, inproc=True)
-    peers = [FakePeer(t, f"peer-{i}", v, deadline_s) for i, v in enumerate(values)]
-    for p in peers:
-        p.peers = {q.id: q for q in peers if q is not p}
-    tasks = [asyncio.create_task(p.serve()) for p in peers]
-    try:
-        yield peers
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        t.close()
-        ctx.term()
+def group(values, deadline_s=2.0):
+    return peer_group(lambda t, pid, i: FakePeer(t, pid, values[i], deadline_s), len(values))
 
 
 async def test_one_round_gives_every_peer_the_same_average():

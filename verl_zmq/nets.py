@@ -65,3 +65,19 @@ class ActorCritic(nn.Module):
 
     def mode(self, d: torch.distributions.Distribution) -> torch.Tensor:
         return d.probs.argmax(-1) if self.discrete else d.mean
+
+
+def flat_grad(params: list[torch.Tensor], device: torch.device | str = "cpu") -> torch.Tensor:
+    """Every parameter's gradient (zeros where there is none) as one float32 vector:
+    what gradient averaging sends and sums."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach()
+                      .reshape(-1).float().to(device) for p in params])
+
+
+def set_flat_grad(params: list[torch.Tensor], flat: torch.Tensor) -> None:
+    """The inverse of `flat_grad`: each parameter's `.grad` from its slice of `flat`."""
+    at = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[at:at + n].reshape(p.shape).to(p.device, p.dtype)
+        at += n

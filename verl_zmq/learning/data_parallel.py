@@ -30,6 +30,8 @@ import socket
 import torch
 import torch.distributed as dist
 
+from ..nets import flat_grad, set_flat_grad
+
 
 def free_port(host: str, lo: int, hi: int) -> int:
     """A port of [lo, hi] that nothing listens on now (the store binds it next); tried
@@ -103,17 +105,12 @@ class LearnerGroup:
         parts = [torch.tensor([scalars[k] for k in keys], dtype=torch.float32,
                               device=self._comm_device())]
         if params is not None:
-            parts = [(p.grad if p.grad is not None else torch.zeros_like(p)).detach()
-                     .reshape(-1).float().to(self._comm_device()) for p in params] + parts
+            parts.insert(0, flat_grad(params, self._comm_device()))
         flat = torch.cat(parts)
         dist.all_reduce(flat)
         flat /= self.world
         if params is not None:
-            at = 0
-            for p in params:
-                n = p.numel()
-                p.grad = flat[at:at + n].reshape(p.shape).to(p.device, p.dtype)
-                at += n
+            set_flat_grad(params, flat)
         tail = flat[len(flat) - len(keys):].tolist()
         return dict(zip(keys, tail, strict=True))
 

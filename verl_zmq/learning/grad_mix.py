@@ -41,6 +41,7 @@ import zmq
 
 from .. import wire
 from ..messaging import send
+from ..nets import flat_grad, set_flat_grad
 from .round_mix import round_graph
 
 STRIDE = 1 << 20  # round numbers: update * STRIDE + minibatch step within it
@@ -75,10 +76,7 @@ class GradMixer:
         """One round, called from the update's worker thread: `params=None` opens an
         update; else each parameter's `.grad` becomes the group's mean. Returns the
         scalars averaged over the same peers."""
-        flat = np.zeros(0, np.float32)
-        if params is not None:
-            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
-                              .detach().reshape(-1).float().cpu() for p in params]).numpy()
+        flat = np.zeros(0, np.float32) if params is None else flat_grad(params).numpy()
         fut = asyncio.run_coroutine_threadsafe(
             self.round(flat, scalars, opens=params is None), self.loop)
         try:  # bounded: a stopping loop never runs the round, and the update goes on alone
@@ -88,12 +86,7 @@ class GradMixer:
             fut.cancel()
             return scalars
         if params is not None:
-            at = 0
-            for p in params:
-                n = p.numel()
-                p.grad = torch.from_numpy(mean[at:at + n]).reshape(p.shape).to(
-                    p.device, p.dtype)
-                at += n
+            set_flat_grad(params, torch.from_numpy(mean))
         return out
 
     # -- on the event loop ---------------------------------------------------------

@@ -25,7 +25,14 @@ from ..gossip import fingerprint
 from ..normalize import RunningMeanStd
 from .base import Role, reconnect, recv
 
-HISTORY = 16  # versions of each peer remembered by fingerprint
+HISTORY = 16  # returns of recent params, and versions of each peer, by fingerprint
+
+
+def _put(d: dict, key, value, cap: int) -> None:
+    """Remember `value` under `key`, forgetting the oldest beyond `cap` entries."""
+    d[key] = value
+    while len(d) > cap:
+        d.pop(next(iter(d)))
 
 
 def video_available() -> bool:
@@ -98,7 +105,7 @@ class EvaluatorRole(Role):
         self.best = self._best_so_far()
         self.last: dict[str, float] = {}
         self.evaluations = 0
-        self.results: dict[str, np.ndarray] = {}  # params fingerprint -> returns (newest 16)
+        self.results: dict[str, np.ndarray] = {}  # params fingerprint -> returns (newest)
         self.held: dict[str, tuple[str, wire.Params]] = {}  # trainer -> (fingerprint, params)
         self.credited: dict[str, int] = {}  # trainer -> the version last charted
         self.history: dict[str, dict[str, int]] = {}  # DAPO peer -> recent prints: version
@@ -129,22 +136,24 @@ class EvaluatorRole(Role):
         self.trainers = set(wanted)
 
     async def _latest(self) -> list[wire.Params]:
-        """Block for params, then drain the queue: the newest of each sender."""
+        """Block for params, then drain the queue: the newest of each sender, which
+        `held` keeps with its fingerprint (deterministic evaluation: the same params
+        give the same returns); DAPO peers' recent prints go to `history`."""
         _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
-        newest: dict[str, wire.Params] = {}
-        track = self.job.traits.decentralised and self.job.evaluation.deterministic
+        newest: dict[str, tuple[str, wire.Params]] = {}
+        E = self.job.evaluation
+        track = self.job.traits.decentralised and E.deterministic
         while True:
-            if msg is not None and track:  # every version a peer held, by fingerprint
-                self.history.setdefault(msg.src, {})[fingerprint(dict(msg.arrays))] = \
-                    msg.version
-                while len(self.history[msg.src]) > HISTORY:
-                    self.history[msg.src].pop(next(iter(self.history[msg.src])))
             if msg is not None:
+                fp = fingerprint(dict(msg.arrays)) if E.deterministic else ""
+                if track:  # every version a peer held, by fingerprint
+                    _put(self.history.setdefault(msg.src, {}), fp, msg.version, HISTORY)
                 cur = newest.get(msg.src)
-                if cur is None or msg.version >= cur.version or msg.final:
-                    newest[msg.src] = msg
+                if cur is None or msg.version >= cur[1].version or msg.final:
+                    newest[msg.src] = (fp, msg)
             if not await self.sub.poll(0):
-                return list(newest.values())
+                self.held.update(newest)
+                return [m for _, m in newest.values()]
             _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
 
     def _all(self, done: set[str]) -> bool:
@@ -164,11 +173,7 @@ class EvaluatorRole(Role):
     async def run(self) -> None:
         E = self.job.evaluation
         while True:
-            msgs = await self._latest()
-            for msg in msgs:  # what each trainer holds now (and, deterministic, its print)
-                self.held[msg.src] = (fingerprint(dict(msg.arrays)) if E.deterministic
-                                      else "", msg)
-            for msg in msgs:
+            for msg in await self._latest():
                 if await self._evaluate(msg, E):
                     return
 
@@ -183,27 +188,24 @@ class EvaluatorRole(Role):
             return False
         if msg.final and src in self.finals:
             return False
-        if self.job.traits.decentralised:
-            live = [m for s, (_, m) in self.held.items() if s in self.trainers or s == src]
-            common = [m for m in live if self._fp(m.src) and all(
-                self._fp(m.src) in self.history.get(o.src, {}) for o in live)]
-            if common:  # one evaluation, every peer's
-                one = max(common, key=lambda m: m.version)
-                rets = await self._returns(one, E)
-                for m in live if rets is not None else []:
-                    if self.credited.get(m.src) == m.version and m.src != src:
-                        continue  # this very version is charted already
-                    if await self._credit(m, rets, self._fp(one.src), E):
-                        return True
-            else:
-                for m in [msg, *(o for o in live if o.src != src)]:
-                    rets = await self._returns(m, E)
-                    if rets is not None and await self._credit(m, rets, self._fp(m.src), E):
-                        return True
+        live = [msg, *(m for s, (_, m) in self.held.items() if s != src and s in self.trainers)] \
+            if self.job.traits.decentralised else [msg]
+        # (history is kept for DAPO peers only: a learner's params are never "common")
+        common = [m for m in live if self._fp(m.src) and all(
+            self._fp(m.src) in self.history.get(o.src, {}) for o in live)]
+        if common:  # one evaluation, every peer's
+            one = max(common, key=lambda m: m.version)
+            rets = await self._returns(one, E)
+            for m in live if rets is not None else []:
+                if self.credited.get(m.src) == m.version and m.src != src:
+                    continue  # this very version is charted already
+                if await self._credit(m, rets, self._fp(one.src), E):
+                    return True
         else:
-            rets = await self._returns(msg, E)
-            if rets is not None and await self._credit(msg, rets, self._fp(src), E):
-                return True
+            for m in live:
+                rets = await self._returns(m, E)
+                if rets is not None and await self._credit(m, rets, self._fp(m.src), E):
+                    return True
         if msg.final:
             self.finals.add(src)
             if self._all(self.finals | self.reached):
@@ -232,9 +234,7 @@ class EvaluatorRole(Role):
                                        E.n_eval_episodes, E.seed, E.deterministic,
                                        self.video_dir, f"eval-{msg.env_steps}")
         if fp:
-            self.results[fp] = rets
-            while len(self.results) > 16:
-                self.results.pop(next(iter(self.results)))
+            _put(self.results, fp, rets, HISTORY)
         return rets
 
     async def _credit(self, msg: wire.Params, rets: np.ndarray, fp: str, E) -> bool:

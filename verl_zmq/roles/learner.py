@@ -116,10 +116,9 @@ class LearnerRole(Role):
         if not g.primary:  # rank 0 restarting meanwhile: this join would wait for nothing
             self.formed = {"learner-0": first.incarnation}
         await asyncio.to_thread(g.join, endpoint)
-        modules = [v for v in (getattr(self.algo, a) for a in self.algo.state_attrs)
-                   if isinstance(v, torch.nn.Module)]
-        opts = [v for v in (getattr(self.algo, a) for a in self.algo.state_attrs)
-                if isinstance(v, torch.optim.Optimizer)]
+        owned = [getattr(self.algo, a) for a in self.algo.state_attrs]
+        modules = [v for v in owned if isinstance(v, torch.nn.Module)]
+        opts = [v for v in owned if isinstance(v, torch.optim.Optimizer)]
         s = self.trainer.state
         s.env_steps, s.version, self.algo.updates = await asyncio.to_thread(
             g.broadcast_state, modules, opts, [s.env_steps, s.version, self.algo.updates])
@@ -207,13 +206,10 @@ class LearnerRole(Role):
         await self.trainer.run(self.feed, self.publish, self.after_update)
         self.finished = True
         await asyncio.to_thread(self.trainer.checkpoint)
-        if not self.primary:  # rank 0 offers the final params and ends the job
-            self.log.info("training_finished", env_steps=self.env_steps, version=self.version,
-                          updates=self.algo.updates, **self.finish_counts())
-            return
         self.log.info("training_finished", env_steps=self.env_steps, version=self.version,
                       updates=self.algo.updates, **self.finish_counts())
-        await self.finish()
+        if self.primary:  # rank 0 offers the final params and ends the job
+            await self.finish()
 
     def finish_counts(self) -> dict:
         return {"fragments_dropped": getattr(self.feed, "dropped", 0)}

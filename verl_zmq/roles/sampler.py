@@ -149,6 +149,13 @@ class Collector:
         return arrays, int(min_version)
 
 
+def _follow(sock, current: dict[str, str], wanted: dict[str, str], log, what: str) -> bool:
+    """`reconnect`, and whether members we were connected to changed."""
+    before = dict(current)
+    reconnect(sock, current, wanted, log, what)
+    return bool(before) and current != before
+
+
 class SamplerRole(Role):
     """Acts in its envs with the latest params it has and ships fragments."""
 
@@ -189,15 +196,12 @@ class SamplerRole(Role):
                   self.group_members("replay").values()}
         learners = {m.id: m.endpoints.get("params", "") for m in members.values()
                     if m.group == self.ctx.group and m.role in ("learner", "peer")}
-        before = dict(self.shards)
-        reconnect(self.push, self.shards, shards, self.log, "shard")
-        if self.pacer is not None and before and self.shards != before:
-            self.pacer.reset()  # what a shard that left held is lost: count afresh
-        before_learners = dict(self.learners)
-        reconnect(self.sub, self.learners, learners, self.log, "learner")
-        if self.pacer is not None and before_learners and self.learners != before_learners:
-            # a learner restarted: the fragments it held are gone, and it may resume at
-            # the very version we heard last, so no lower version would tell us
+        # a shard that left, or a learner that restarted (it may resume at the very
+        # version we heard last, so no lower version would tell us): the fragments
+        # they held are lost, and pacing counts afresh
+        shards_moved = _follow(self.push, self.shards, shards, self.log, "shard")
+        learners_moved = _follow(self.sub, self.learners, learners, self.log, "learner")
+        if self.pacer is not None and (shards_moved or learners_moved):
             self.pacer.reset()
         if self.shards:
             self.shard_ready.set()

@@ -115,6 +115,34 @@ def run(job_path, overrides, run_dir):
     sys.exit(run_inproc(job, rd))
 
 
+@main.command()
+@click.argument("job_path", metavar="JOB")
+@click.option("--set", "overrides", multiple=True, help="Override a job key: section.key=value.")
+@click.option("--out", required=True, help="Checkpoint to write (algorithm.init_from reads it).")
+@click.option("--steps", default=1000, show_default=True, help="Gradient steps at most.")
+@click.option("--batch", "batch_prompts", default=64, show_default=True,
+              help="Demonstrations per step.")
+@click.option("--lr", default=1e-3, show_default=True)
+@click.option("--stop-at-accuracy", type=float, default=None,
+              help="Stop once greedy exact match on held-out prompts reaches this.")
+@click.option("--eval-every", default=50, show_default=True, help="Steps between evaluations.")
+def sft(job_path, overrides, out, steps, batch_prompts, lr, stop_at_accuracy, eval_every):
+    """Warm-start JOB's policy on demonstrations of its sequence task; write --out."""
+    import json
+
+    job = _load(job_path, overrides)
+    from .seq.sft import run_sft
+
+    try:
+        r = run_sft(job, steps, out, batch_prompts, lr, stop_at_accuracy, eval_every,
+                    report=lambda row: click.echo(json.dumps(row)))
+    except ValueError as e:
+        fail(str(e))
+        raise
+    click.echo(json.dumps({"written": r.path, "steps": r.steps, "accuracy": r.accuracy,
+                           "seconds": round(r.seconds, 1)}))
+
+
 def _stamp_dir(job: Job) -> Path:
     import time
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
+from . import seq  # noqa: F401  (registers the sequence tasks' env ids)
 from .config import Environment
 from .envguard import GuardedVectorEnv
 

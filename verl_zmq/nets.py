@@ -67,6 +67,16 @@ class ActorCritic(nn.Module):
         return d.probs.argmax(-1) if self.discrete else d.mean
 
 
+def actor_critic(spec: EnvSpec, policy: Policy) -> nn.Module:
+    """The policy-gradient network for `policy.kind`: MLPs, or a causal transformer
+    over token observations (`seq/model.py`)."""
+    if policy.kind == "transformer":
+        from .seq.model import TokenActorCritic
+
+        return TokenActorCritic(spec, policy)
+    return ActorCritic(spec, policy)
+
+
 def flat_grad(params: list[torch.Tensor], device: torch.device | str = "cpu") -> torch.Tensor:
     """Every parameter's gradient (zeros where there is none) as one float32 vector:
     what gradient averaging sends and sums."""

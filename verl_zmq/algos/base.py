@@ -33,7 +33,7 @@ import torch
 
 from ..config import Job
 from ..envs import EnvSpec
-from .traits import Traits, fit_problem, traits
+from .traits import Traits, fit_problem
 
 ObsTransform = Callable[[np.ndarray], np.ndarray]
 # (parameters whose .grad to average, or None to open an update; scalars) -> the
@@ -90,16 +90,31 @@ class Algorithm(ABC):
         self.reduce_grads = reduce_grads
 
     def init_policy(self) -> None:
-        """Give the policy module its version-0 weights from `policy_init`, the
-        arrays a numpy sampler makes for itself (built-in policies only)."""
-        if self.traits.numpy_actor:
+        """Give the policy module its version-0 weights: those of the checkpoint
+        `algorithm.init_from` names, else from `policy_init`, the arrays a numpy
+        sampler makes for itself (built-in policies only)."""
+        path = self.job.algorithm.init_from
+        if path:
+            from ..checkpoint import load
+
+            try:
+                state = load(path)
+            except (OSError, RuntimeError) as e:
+                raise ValueError(f"algorithm.init_from: cannot read {path!r}: {e}") from None
+            arrays = {k: v.numpy() for k, v in state.get("policy", {}).items()}
+            try:
+                self.load_policy_arrays(arrays)
+            except ValueError as e:
+                raise ValueError(f"algorithm.init_from: {path!r} does not fit this job's "
+                                 f"policy: {e}") from None
+        elif self.traits.numpy_actor:
             from ..policy_init import initial_policy_arrays
 
             self.load_policy_arrays(initial_policy_arrays(self.job, self.spec))
 
     @property
     def traits(self) -> Traits:
-        return traits(self.name)
+        return self.job.traits
 
     @property
     def on_policy(self) -> bool:

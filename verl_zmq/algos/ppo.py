@@ -10,12 +10,15 @@ Gaussian) actions.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
 from ..batch import bootstrap
-from ..nets import ActorCritic
+from ..nets import actor_critic
 from .base import START, Algorithm, Learned, Progress
+from .reference import kl_estimate
 from .vtrace import vtrace
 
 
@@ -61,8 +64,13 @@ class PPO(Algorithm):
         super().__init__(job, spec, device, **kw)
         self.progress = 0.0  # of the update running now: schedules read it
         pol = job.algorithm.policy
-        self.net = ActorCritic(spec, pol).to(self.device)
+        self.net = actor_critic(spec, pol).to(self.device)
         self.init_policy()
+        self.ref = None  # the frozen reference policy of the KL term
+        self.kl_ref = 0.0  # the last batch's mean KL of the behaviour policy to it
+        if self.params.kl_coef > 0:
+            self.ref = copy.deepcopy(self.net).requires_grad_(False)
+            self.state_attrs = (*self.state_attrs, "ref")
         self.opt = torch.optim.Adam(self.net.parameters(), lr=self.params.learning_rate, eps=1e-5)
         if not spec.discrete:
             self.low = np.array(spec.action_low, np.float32)
@@ -127,11 +135,37 @@ class PPO(Algorithm):
                           p.gae_lambda, p.vtrace_rho_bar, p.vtrace_c_bar)
         return adv, ret, value
 
-    def prepare(self, batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        """Advantages and returns, then flatten [T, N] to the valid steps as tensors."""
+    def _ref_logp(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """The reference policy's log pi_ref(a_t|x_t), [T, N] (0 where invalid)."""
+        T, N = batch["reward"].shape
+        mask = np.asarray(batch["valid"], bool).reshape(-1)
+        out = np.zeros(T * N, np.float32)
+        if mask.any():
+            obs = np.asarray(batch["obs"]).reshape(T * N, -1)[mask]
+            act = np.asarray(batch["action"]).reshape(T * N, *np.shape(batch["action"])[2:])
+            with torch.no_grad():
+                o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+                a = torch.as_tensor(act[mask], device=self.device)
+                out[mask] = self.ref.log_prob(self.ref.dist(o), a).cpu().numpy()
+        return out.reshape(T, N)
+
+    def prepare(self, batch: dict[str, np.ndarray],
+                columns: dict[str, np.ndarray] | None = None) -> dict[str, torch.Tensor]:
+        """Advantages and returns, then flatten [T, N] to the valid steps as tensors
+        (with `columns`, more [T, N] columns alike). With a reference policy, its
+        log-probabilities; with `kl_in = "reward"`, the KL penalty per token."""
+        T, N = batch["reward"].shape
+        columns = dict(columns or {})
+        if self.ref is not None:
+            ref = self._ref_logp(batch)
+            valid = np.asarray(batch["valid"], bool)
+            k1 = np.where(valid, batch["logp"] - ref, 0.0).astype(np.float32)
+            self.kl_ref = float(k1.sum() / max(1, valid.sum()))
+            if self.params.kl_in == "reward":
+                batch = {**batch, "reward": batch["reward"] - self.params.kl_coef * k1}
+            columns["ref_logp"] = ref
         adv, ret, value = self.advantages(batch)
         mask = batch["valid"].reshape(-1).astype(bool)
-        T, N = batch["reward"].shape
         col = np.broadcast_to(np.arange(N), (T, N)).reshape(-1)
 
         def flat(x):
@@ -141,7 +175,19 @@ class PPO(Algorithm):
         return {"obs": flat(batch["obs"]).float(), "action": flat(batch["action"]),
                 "logp": flat(batch["logp"]).float(), "value": flat(value).float(),
                 "adv": flat(adv), "ret": flat(ret),
-                "column": torch.as_tensor(col[mask], device=self.device)}
+                "column": torch.as_tensor(col[mask], device=self.device),
+                **{k: flat(v) for k, v in columns.items()}}
+
+    def kl_term(self, new_logp: torch.Tensor, mb: dict[str, torch.Tensor],
+                stats: dict) -> torch.Tensor:
+        """`kl_coef` x the KL to the reference (aggregated like the policy loss) when
+        it is a loss term; else 0."""
+        p = self.params
+        if self.ref is None or p.kl_in != "loss":
+            return torch.zeros((), device=self.device)
+        kl = self.aggregate(kl_estimate(new_logp, mb["ref_logp"], p.kl_estimator), mb)
+        stats["losses/kl_ref"] = kl.detach()
+        return p.kl_coef * kl
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         p = self.params
@@ -160,10 +206,12 @@ class PPO(Algorithm):
             v_loss = torch.max(v_loss, (v_clip - mb["ret"]) ** 2)
         v_loss = 0.5 * v_loss.mean()
         entropy = self.net.entropy(d).mean()
-        loss = pg_loss + p.vf_coef * v_loss - p.ent_coef * entropy
+        stats: dict = {}
+        loss = pg_loss + p.vf_coef * v_loss - p.ent_coef * entropy + \
+            self.kl_term(new_logp, mb, stats)
         with torch.no_grad():
             log_ratio = new_logp - mb["logp"]
-            stats = {"losses/policy_loss": pg_loss, "losses/value_loss": v_loss,
+            stats |= {"losses/policy_loss": pg_loss, "losses/value_loss": v_loss,
                      "losses/entropy": entropy,
                      "losses/approx_kl": ((ratio - 1) - log_ratio).mean(),
                      "losses/clip_fraction":
@@ -236,6 +284,8 @@ class PPO(Algorithm):
         out["charts/learning_rate"] = self.opt.param_groups[0]["lr"]
         out["charts/clip_range"] = self._clip()[1]
         out["charts/batch_steps"] = float(n)
+        if self.ref is not None:
+            out["charts/kl_ref"] = self.kl_ref
         return Learned(out)
 
 

@@ -35,6 +35,8 @@ TRAITS: dict[str, Traits] = {
                   numpy_actor="pg"),
     "dapo": Traits(on_policy=True, extras=("logp", "value"), decentralised=True,
                    learns_from_demos=True, numpy_actor="pg"),
+    # no critic: advantages from the rewards of a prompt's group of responses
+    "grpo": Traits(on_policy=True, extras=("logp",), actions="discrete"),
     # Q(s, a) and max_a Q(s, a) at acting time: initial priorities (Ape-X)
     "dqn": Traits(on_policy=False, extras=("q_taken", "q_max"), numpy_actor="q",
                   actions="discrete", dueling=True),
@@ -58,6 +60,15 @@ def fit_problem(job, discrete: bool) -> str:
         return f"algorithm.name: {name} needs {need}; {job.environment.id} has {_OTHER[t.actions]}"
     if pol.dueling and not t.dueling:
         return f"algorithm.policy.dueling: a dueling head is for Q-networks (dqn), not {name}"
+    if pol.kind == "transformer":
+        if not t.on_policy:
+            return f"algorithm.policy.kind: a transformer policy is for ppo and grpo, not {name}"
+        if not discrete:
+            return "algorithm.policy.kind: a transformer policy needs Discrete (token) actions"
+        if pol.d_model < 1 or pol.n_layers < 1 or pol.n_heads < 1 or pol.d_model % pol.n_heads:
+            return (f"algorithm.policy: d_model {pol.d_model} must be a multiple of n_heads "
+                    f"{pol.n_heads}, with at least one layer")
+        return ""
     if not pol.hidden_sizes:
         return "algorithm.policy.hidden_sizes: needs at least one layer"
     return ""

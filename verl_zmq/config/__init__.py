@@ -21,6 +21,7 @@ from .sections import (
     Evaluation,
     Experiment,
     Gossip,
+    GRPOParams,
     Job,
     Launch,
     Logging,
@@ -39,6 +40,7 @@ from .writing import _tval, dumps_job, dumps_toml, job_to_dict
 __all__ = [
     "ALGO_PARAMS", "REQUIRED_SECTIONS", "Algorithm", "BehaviourCloning", "Checkpoint",
     "ConfigError", "DAPOParams", "DQNParams", "Environment", "Evaluation", "Experiment",
+    "GRPOParams",
     "Gossip", "Job", "Launch", "Logging", "PPOParams", "Policy", "Replay", "Resources",
     "RoleResources", "SACParams", "Sampling", "Security", "Training", "_tval",
     "apply_override", "build_job", "dumps_job", "dumps_toml", "job_to_dict", "load_job",

@@ -94,6 +94,10 @@ class PPOParams:
     vtrace: bool = False  # V-trace targets and advantages: stale fragments are corrected
     vtrace_rho_bar: float = 1.0  # truncation of the importance weights in the targets/PG
     vtrace_c_bar: float = 1.0  # truncation of the trace-cutting coefficients
+    # KL to a frozen reference policy (the initial one, `algorithm.init_from`'s): 0 is off
+    kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k3"] = "k1"  # k1: log(pi/ref); k3: ref/pi - log(ref/pi) - 1
+    kl_in: Literal["reward", "loss"] = "reward"  # a per-token penalty, or a loss term
 
 
 @dataclass(frozen=True)
@@ -141,11 +145,31 @@ class DAPOParams(PPOParams):
     max_fill_batches: int = 4
 
 
+@dataclass(frozen=True)
+class GRPOParams(PPOParams):
+    """GRPO (Shao et al. 2024): no critic; each response's advantage is its reward
+    against the other responses to the same prompt (`environment.kwargs.group_size`)."""
+
+    learning_rate: float = 1e-3
+    n_epochs: int = 1
+    gamma: float = 1.0
+    normalize_advantage: bool = False  # the group already normalises
+    vf_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    clip_low: float = 0.2  # the decoupled clip of DAPO (Yu et al. 2025)
+    clip_high: float = 0.28
+    std_normalize: bool = True  # divide by the group's std; false as in Dr. GRPO
+    loss_agg: Literal["token-mean", "seq-mean-token-sum"] = "token-mean"
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    kl_in: Literal["reward", "loss"] = "loss"
+
+
 ALGO_PARAMS: dict[str, type] = {
     "ppo": PPOParams,
     "dqn": DQNParams,
     "sac": SACParams,
     "dapo": DAPOParams,
+    "grpo": GRPOParams,
 }
 
 
@@ -153,9 +177,15 @@ ALGO_PARAMS: dict[str, type] = {
 class Policy:
     """Network shape shared by the algorithm's networks."""
 
+    # "mlp" for vector observations; "transformer": a causal transformer over token
+    # observations (sequence tasks), its value head on the same trunk when shared_trunk
+    kind: Literal["mlp", "transformer"] = "mlp"
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     activation: Literal["tanh", "relu"] = "tanh"
     shared_trunk: bool = False
+    d_model: int = 64  # transformer: width, layers, attention heads
+    n_layers: int = 2
+    n_heads: int = 4
     log_std_init: float = 0.0
     dueling: bool = False
 
@@ -174,10 +204,13 @@ class BehaviourCloning:
 class Algorithm:
     """Which algorithm, its hyper-parameters and its policy network."""
 
-    name: Literal["ppo", "dqn", "sac", "dapo"] = "ppo"
+    name: Literal["ppo", "dqn", "sac", "dapo", "grpo"] = "ppo"
     params: Any = None  # the algorithm's params dataclass, chosen by `name`
     policy: Policy = field(default_factory=Policy)
     bc: BehaviourCloning = field(default_factory=BehaviourCloning)
+    # a checkpoint (best.pt, or `verl sft`'s output) whose policy is the initial policy
+    # and, for algorithms with a KL term, the frozen reference; read where the policy is built
+    init_from: str = ""
 
 
 @dataclass(frozen=True)
@@ -215,6 +248,9 @@ class Evaluation:
     seed: int = 1_000_003  # episode i is seeded seed + i, apart from training envs
     deterministic: bool = True  # the policy's mode, not a sample
     stop_at_return: float | None = None  # stop the job once an eval reaches it
+    # merged over environment.kwargs for evaluation episodes only (held-out prompts,
+    # a task's exact-match score)
+    env_kwargs: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -332,7 +368,10 @@ class Job:
         """What the job's algorithm declares (on-policy, extras, decentralised)."""
         from ..algos.traits import traits
 
-        return traits(self.algorithm.name)
+        t = traits(self.algorithm.name)
+        if self.algorithm.policy.kind != "mlp":  # no numpy forward pass for it
+            t = dataclasses.replace(t, numpy_actor="")
+        return t
 
     @property
     def fragment_steps(self) -> int:

@@ -8,6 +8,7 @@ the job when `stop_at_return` is reached or after evaluating the final params.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from pathlib import Path
 
@@ -44,12 +45,16 @@ def video_available() -> bool:
 
 
 def _eval_env(job, video_dir: str, prefix: str):
-    """One evaluation env; the first one records video when asked and possible."""
+    """One evaluation env (`evaluation.env_kwargs` over the job's); the first one
+    records video when asked and possible."""
+    cfg = job.environment
+    if job.evaluation.env_kwargs:
+        cfg = dataclasses.replace(cfg, kwargs={**cfg.kwargs, **job.evaluation.env_kwargs})
     if not video_dir:
-        return make_env(job.environment)
+        return make_env(cfg)
     import gymnasium as gym
 
-    env = make_env(job.environment, render_mode="rgb_array")
+    env = make_env(cfg, render_mode="rgb_array")
     return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda _: True,
                                     name_prefix=prefix, disable_logger=True)
 

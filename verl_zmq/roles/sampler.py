@@ -85,6 +85,8 @@ class Collector:
         E = self.E
         raw, r, te, tr, info = self.venv.step(self.algo.env_action(a))
         ok = ~self.prev_done
+        if "void" in info:  # steps the env did not take (a sequence waiting for its group)
+            ok &= ~np.asarray(info["void"], bool)
         if "dropped" in info:  # the envs failed and were made anew: drop their episodes
             ok = np.zeros(E, bool)
             te, tr = np.zeros(E, bool), np.zeros(E, bool)
@@ -307,6 +309,7 @@ class SamplerRole(Role):
                "sampler/param_wait_s": round(self.param_wait_s, 3),
                "sampler/env_failures": getattr(c.venv, "failures", 0),
                "sampler/episodes_dropped": getattr(c.venv, "dropped_episodes", 0),
+               "sampler/reward_errors": getattr(c.venv, "reward_errors", 0),
                "sampler/param_waits_timed_out": self.param_waits_timed_out,
                "sampler/policy_version": c.version, "sampler/param_swaps": c.swaps,
                "sampler/params_rejected": c.rejected_params}

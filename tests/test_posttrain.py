@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from verl_zmq.algos.grpo import episodes, group_advantages, seq_mean_token_sum
+from verl_zmq.algos.grpo import group_advantages, seq_mean_token_sum
 from verl_zmq.algos.reference import kl_estimate
+from verl_zmq.batch import episodes
 from verl_zmq.config import load_job
 from verl_zmq.seq.env import SeqEnv, SeqVectorEnv
 from verl_zmq.seq.tasks import DIGIT0, EOS, FIRST_ACTION_TOKEN, SEP, Reverse

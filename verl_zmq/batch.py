@@ -108,6 +108,20 @@ class Layout:
         return out
 
 
+def episodes(terminated: np.ndarray, truncated: np.ndarray, valid: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Per step [T, N]: which episode of its column it belongs to (0, 1, ...), and
+    per (column, episode) [N, K]: 1 if it ended terminated, 2 truncated, 0 not
+    within the batch."""
+    ended = (terminated | truncated) & valid
+    ordinal = np.cumsum(ended, axis=0) - ended  # ends strictly before this step
+    K = int(ordinal.max()) + 1 if ordinal.size else 1
+    how = np.zeros((terminated.shape[1], K), np.int8)
+    t, n = np.nonzero(ended)
+    how[n, ordinal[t, n]] = np.where(truncated[t, n], 2, 1)
+    return ordinal, how
+
+
 def job_layout(job, spec: EnvSpec) -> Layout:
     """The fragment layout of a job for its env."""
     return Layout(spec, job.sampling.fragment_length, job.traits.extras)

@@ -97,6 +97,8 @@ def make_env(cfg: Environment, render_mode: str | None = None) -> gym.Env:
         raise EnvError(f"environment {cfg.id!r}: {e}") from None
     except TypeError as e:
         raise EnvError(f"environment.kwargs for {cfg.id!r}: {e}") from None
+    except ValueError as e:  # the env refused its settings; its message names them
+        raise EnvError(f"environment {cfg.id!r}: {e}") from None
     if cfg.reward_fn:
         env = RewardFn(env, _load_object(cfg.reward_fn, "environment.reward_fn"))
     return env
@@ -114,6 +116,11 @@ def _native_ok(cfg: Environment, env_id: str) -> bool:
     return gym.spec(env_id).vector_entry_point is not None
 
 
+def native_vector_env(cfg: Environment) -> bool:
+    """Whether samplers step the env's own vector env (one object for all envs)."""
+    return cfg.step_timeout_s <= 0 and _native_ok(cfg, resolve_id(cfg.id))
+
+
 def make_vector_env(cfg: Environment, num_envs: int, seed: int,
                     worker_index: int = 0) -> tuple[gym.vector.VectorEnv, list[int]]:
     """`num_envs` copies as one vector env, and the seeds to reset it with."""
@@ -126,6 +133,8 @@ def make_vector_env(cfg: Environment, num_envs: int, seed: int,
             venv = gym.make_vec(env_id, num_envs, vectorization_mode="vector_entry_point",
                                 **cfg.kwargs)
             return venv, seeds[:1]  # a native vector env takes one seed for all its envs
+        except ValueError as e:  # the vector env refused its settings: say which
+            raise EnvError(f"environment {cfg.id!r}: {e}") from None
         except (gym.error.Error, TypeError) as e:
             if cfg.vectorization == "native":
                 raise EnvError(f"environment {cfg.id!r}: no native vector env: {e}") from None

@@ -16,23 +16,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..batch import episodes
 from ..seq import is_sequence_env, round_steps
 from .base import START, Learned, Progress
 from .ppo import PPO, clipped_surrogate
-
-
-def episodes(terminated: np.ndarray, truncated: np.ndarray, valid: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """Per step [T, N]: which episode of its column it belongs to (0, 1, ...), and
-    per (column, episode) [N, K]: 1 if it ended terminated, 2 truncated, 0 not
-    within the batch."""
-    ended = (terminated | truncated) & valid
-    ordinal = np.cumsum(ended, axis=0) - ended  # ends strictly before this step
-    K = int(ordinal.max()) + 1 if ordinal.size else 1
-    how = np.zeros((terminated.shape[1], K), np.int8)
-    t, n = np.nonzero(ended)
-    how[n, ordinal[t, n]] = np.where(truncated[t, n], 2, 1)
-    return ordinal, how
 
 
 def group_advantages(scores: np.ndarray, counted: np.ndarray, group_size: int,
@@ -100,25 +87,9 @@ class GRPO(PPO):
             logp = self.net.log_prob(d, a)
         return a.cpu().numpy(), {"logp": logp.cpu().numpy()}
 
-    def _ref_logp(self, batch):
-        """The reference's log-probabilities, one pass per response (`_features`)."""
-        ordinal, how = self._episodes
-        valid = np.asarray(batch["valid"], bool)
-        T, N = valid.shape
-        out = np.zeros((T, N), np.float32)
-        if valid.any():
-            seq = (np.broadcast_to(np.arange(N), (T, N)) * how.shape[1] + ordinal)[valid]
-            with torch.no_grad():
-                o = torch.as_tensor(np.asarray(batch["obs"])[valid], dtype=torch.float32,
-                                    device=self.device)
-                a = torch.as_tensor(np.asarray(batch["action"])[valid], device=self.device)
-                s = torch.as_tensor(seq, device=self.device)
-                out[valid] = self.ref.log_prob(self.ref.dist(o, s), a).cpu().numpy()
-        return out
-
     def prepare(self, batch, columns=None):
         """Only the tokens of responses that ended within the batch and were scored
-        (not dropped) are learned from; each step knows its response (`seq`)."""
+        (not dropped) are learned from."""
         valid = np.asarray(batch["valid"], bool)
         ordinal, how = episodes(np.asarray(batch["terminated"], bool),
                                 np.asarray(batch["truncated"], bool), valid)
@@ -126,7 +97,7 @@ class GRPO(PPO):
         cols = np.broadcast_to(np.arange(N), valid.shape)
         self._episodes = (ordinal, how)
         learn = valid & (how == 1)[cols, ordinal]
-        data = super().prepare({**batch, "valid": learn}, {"seq": cols * K + ordinal})
+        data = super().prepare({**batch, "valid": learn}, columns)
         self._seq = data["seq"]
         return data
 
@@ -160,7 +131,7 @@ class GRPO(PPO):
 
     def aggregate(self, per_step, mb):
         if self.params.loss_agg == "seq-mean-token-sum":
-            return seq_mean_token_sum(per_step, mb["column"])
+            return seq_mean_token_sum(per_step, mb["seq"])
         return per_step.mean()
 
     def _minibatches(self, n, mbs):
@@ -181,7 +152,6 @@ class GRPO(PPO):
         new_logp = self.net.log_prob(d, mb["action"])
         low, high = self._clip()
         pg, ratio = clipped_surrogate(new_logp, mb["logp"], mb["adv"], low, high)
-        mb = {**mb, "column": mb["seq"]}
         pg_loss = self.aggregate(pg, mb)
         entropy = self.net.entropy(d).mean()
         stats: dict = {}

@@ -15,7 +15,7 @@ import copy
 import numpy as np
 import torch
 
-from ..batch import bootstrap
+from ..batch import bootstrap, episodes
 from ..nets import actor_critic
 from .base import START, Algorithm, Learned, Progress
 from .reference import kl_estimate
@@ -135,7 +135,7 @@ class PPO(Algorithm):
                           p.gae_lambda, p.vtrace_rho_bar, p.vtrace_c_bar)
         return adv, ret, value
 
-    def _ref_logp(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+    def _ref_logp(self, batch: dict[str, np.ndarray], seq: np.ndarray) -> np.ndarray:
         """The reference policy's log pi_ref(a_t|x_t), [T, N] (0 where invalid)."""
         T, N = batch["reward"].shape
         mask = np.asarray(batch["valid"], bool).reshape(-1)
@@ -146,7 +146,8 @@ class PPO(Algorithm):
             with torch.no_grad():
                 o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
                 a = torch.as_tensor(act[mask], device=self.device)
-                out[mask] = self.ref.log_prob(self.ref.dist(o), a).cpu().numpy()
+                s = torch.as_tensor(seq.reshape(-1)[mask], device=self.device)
+                out[mask] = self.ref.log_prob(self.ref.dist(o, s), a).cpu().numpy()
         return out.reshape(T, N)
 
     def prepare(self, batch: dict[str, np.ndarray],
@@ -155,10 +156,13 @@ class PPO(Algorithm):
         (with `columns`, more [T, N] columns alike). With a reference policy, its
         log-probabilities; with `kl_in = "reward"`, the KL penalty per token."""
         T, N = batch["reward"].shape
-        columns = dict(columns or {})
+        valid = np.asarray(batch["valid"], bool)
+        ordinal, how = episodes(np.asarray(batch["terminated"], bool),
+                                np.asarray(batch["truncated"], bool), valid)
+        # each step's episode (its column's k-th): a sequence model takes one pass each
+        columns = {**(columns or {}), "seq": np.arange(N) * how.shape[1] + ordinal}
         if self.ref is not None:
-            ref = self._ref_logp(batch)
-            valid = np.asarray(batch["valid"], bool)
+            ref = self._ref_logp(batch, columns["seq"])
             k1 = np.where(valid, batch["logp"] - ref, 0.0).astype(np.float32)
             self.kl_ref = float(k1.sum() / max(1, valid.sum()))
             if self.params.kl_in == "reward":
@@ -191,7 +195,8 @@ class PPO(Algorithm):
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         p = self.params
-        d = self.net.dist(mb["obs"])
+        seq = mb.get("seq")  # each step's episode, where the minibatch says
+        d = self.net.dist(mb["obs"], seq)
         new_logp = self.net.log_prob(d, mb["action"])
         adv = mb["adv"]
         if p.normalize_advantage and adv.numel() > 1:
@@ -199,7 +204,7 @@ class PPO(Algorithm):
         low, high = self._clip()
         pg, ratio = clipped_surrogate(new_logp, mb["logp"], adv, low, high)
         pg_loss = self.aggregate(pg, mb)
-        v = self.net.value(mb["obs"])
+        v = self.net.value(mb["obs"], seq)
         v_loss = (v - mb["ret"]) ** 2
         if p.clip_range_vf > 0:
             v_clip = mb["value"] + (v - mb["value"]).clamp(-p.clip_range_vf, p.clip_range_vf)

@@ -3,34 +3,30 @@
 Every key has a type and a default; unknown keys, wrong types and bad values
 fail at load with the file, the dotted key, what was expected and, for
 misspelt keys, a did-you-mean. Imports nothing heavy (the launcher uses it).
-`sections` holds the dataclasses, `loading` reads and converts them, `checks`
-the semantic checks, `writing` the TOML writer.
+`sections` holds the dataclasses (`algo_params` those of `[algorithm.params]`),
+`loading` reads and converts them, `checks` the semantic checks, `writing` the
+TOML writer.
 """
 
+from .algo_params import ALGO_PARAMS, DAPOParams, DQNParams, GRPOParams, PPOParams, SACParams
 from .loading import apply_override, build_job, load_job, loads_job, parse_override
 from .sections import (
-    ALGO_PARAMS,
     REQUIRED_SECTIONS,
     Algorithm,
     BehaviourCloning,
     Checkpoint,
     ConfigError,
-    DAPOParams,
-    DQNParams,
     Environment,
     Evaluation,
     Experiment,
     Gossip,
-    GRPOParams,
     Job,
     Launch,
     Logging,
     Policy,
-    PPOParams,
     Replay,
     Resources,
     RoleResources,
-    SACParams,
     Sampling,
     Security,
     Training,

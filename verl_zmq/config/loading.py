@@ -13,8 +13,9 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+from .algo_params import ALGO_PARAMS
 from .checks import check_semantics
-from .sections import ALGO_PARAMS, REQUIRED_SECTIONS, Algorithm, ConfigError, Job
+from .sections import REQUIRED_SECTIONS, Algorithm, ConfigError, Job
 
 
 def load_job(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Job:

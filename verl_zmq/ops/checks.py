@@ -11,7 +11,7 @@ from ..config import Job
 def check_job(job: Job, networks: bool = True) -> list[str]:
     """Problems with the job, each one sentence; empty when it can run."""
     from ..algos.traits import fit_problem
-    from ..envs import EnvError, env_spec, make_vector_env
+    from ..envs import EnvError, env_spec, make_vector_env, native_vector_env
 
     try:
         spec = env_spec(job.environment)
@@ -36,8 +36,9 @@ def check_job(job: Job, networks: bool = True) -> list[str]:
             problems.append(f"algorithm.bc.demos: {e}")
     if problems:
         return problems
-    try:
-        venv, _ = make_vector_env(job.environment, 1, seed=job.experiment.seed)
+    try:  # a native vector env is one object: make it as samplers will (its groups)
+        n = job.sampling.num_envs_per_worker if native_vector_env(job.environment) else 1
+        venv, _ = make_vector_env(job.environment, n, seed=job.experiment.seed)
         venv.close()
     except EnvError as e:
         problems.append(str(e))

@@ -1,0 +1,108 @@
+"""The algorithms' `[algorithm.params]`: one frozen dataclass each, chosen by
+`algorithm.name` (`ALGO_PARAMS`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class PPOParams:
+    """PPO hyper-parameters (Schulman et al. 2017)."""
+
+    learning_rate: float = 3e-4
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    batch_size: int = 512  # env steps per update
+    minibatch_size: int = 64
+    n_epochs: int = 10
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_range: float = 0.2
+    clip_schedule: Literal["constant", "linear"] = "constant"
+    clip_range_vf: float = 0.0  # 0: no value clipping
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    normalize_advantage: bool = True
+    target_kl: float = 0.0  # 0: no early stop on KL
+    vtrace: bool = False  # V-trace targets and advantages: stale fragments are corrected
+    vtrace_rho_bar: float = 1.0  # truncation of the importance weights in the targets/PG
+    vtrace_c_bar: float = 1.0  # truncation of the trace-cutting coefficients
+    # KL to a frozen reference policy (the initial one, `algorithm.init_from`'s): 0 is off
+    kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k3"] = "k1"  # k1: log(pi/ref); k3: ref/pi - log(ref/pi) - 1
+    kl_in: Literal["reward", "loss"] = "reward"  # a per-token penalty, or a loss term
+
+
+@dataclass(frozen=True)
+class DQNParams:
+    """DQN hyper-parameters (double DQN, optional dueling, n-step)."""
+
+    learning_rate: float = 1e-3
+    batch_size: int = 64
+    gamma: float = 0.99
+    n_step: int = 1
+    target_update_interval: int = 500
+    tau: float = 1.0
+    learning_starts: int = 1_000
+    exploration: Literal["annealed", "apex"] = "annealed"
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_decay_steps: int = 10_000
+    apex_eps: float = 0.4
+    apex_alpha: float = 7.0
+    max_grad_norm: float = 10.0
+
+
+@dataclass(frozen=True)
+class SACParams:
+    """SAC hyper-parameters (Haarnoja et al. 2018, automatic entropy)."""
+
+    learning_rate: float = 3e-4
+    batch_size: int = 256
+    gamma: float = 0.99
+    tau: float = 0.005
+    learning_starts: int = 1_000
+    init_alpha: float = 1.0
+    target_entropy: float = 0.0  # 0: -dim(action)
+
+
+@dataclass(frozen=True)
+class DAPOParams(PPOParams):
+    """DAPO local update: PPO with decoupled clip and dynamic sampling."""
+
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    loss_agg: Literal["step-mean", "fragment-mean"] = "step-mean"
+    dynamic_sampling: bool = False
+    dynamic_tolerance: float = 1e-6
+    max_fill_batches: int = 4
+
+
+@dataclass(frozen=True)
+class GRPOParams(PPOParams):
+    """GRPO (Shao et al. 2024): no critic; each response's advantage is its reward
+    against the other responses to the same prompt (`environment.kwargs.group_size`)."""
+
+    learning_rate: float = 1e-3
+    n_epochs: int = 1
+    gamma: float = 1.0
+    normalize_advantage: bool = False  # the group already normalises
+    vf_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    clip_low: float = 0.2  # the decoupled clip of DAPO (Yu et al. 2025)
+    clip_high: float = 0.28
+    std_normalize: bool = True  # divide by the group's std; false as in Dr. GRPO
+    loss_agg: Literal["token-mean", "seq-mean-token-sum"] = "token-mean"
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    kl_in: Literal["reward", "loss"] = "loss"
+
+
+ALGO_PARAMS: dict[str, type] = {
+    "ppo": PPOParams,
+    "dqn": DQNParams,
+    "sac": SACParams,
+    "dapo": DAPOParams,
+    "grpo": GRPOParams,
+}

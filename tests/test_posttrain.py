@@ -4,12 +4,15 @@ estimators, the causal transformer and the reward function's failures."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import numpy as np
 import pytest
 import torch
 
+from tests.conftest import CONFIGS, kill_tree, read_events, start_job
 from verl_zmq.algos.grpo import group_advantages, seq_mean_token_sum
 from verl_zmq.algos.reference import kl_estimate
 from verl_zmq.batch import episodes
@@ -205,3 +208,93 @@ def test_grpo_update_learns_only_from_counted_responses():
         assert k in out, k
     assert out["grpo/responses"] == 2 * 16
     assert 1 <= out["grpo/response_length"] <= Reverse().max_response
+
+
+TOY_REWARD = '''
+import os
+
+CALLS = [0]
+
+
+def score(prompt, response, meta):
+    """1 when the response's first digit is the prompt's last; every 7th call fails."""
+    CALLS[0] += 1
+    if CALLS[0] == 1:
+        with open(os.environ["TOY_REWARD_SEEN"], "a") as f:
+            f.write(f"{os.getpid()}\\n")
+    if CALLS[0] % 7 == 0:
+        raise RuntimeError("the reward service is down")
+    return float(response[:1] == meta["target"][:1])
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_reward_function_from_outside_the_package_runs_end_to_end(tmp_path, monkeypatch):
+    """GRPO on reversal with a reward function imported by path from a module that is
+    not in the package; it raises on every 7th response: counted, the job goes on."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "toy_reward.py").write_text(TOY_REWARD)
+    seen = tmp_path / "seen.txt"
+    monkeypatch.setenv("PYTHONPATH", f"{mods}:{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("TOY_REWARD_SEEN", str(seen))
+    run = tmp_path / "run"
+    proc = start_job(CONFIGS / "reverse_grpo.toml", run,
+                     'environment.kwargs={group_size=8, reward="toy_reward:score", '
+                     'on_error="zero"}',
+                     "sampling.num_workers=1", "training.total_timesteps=25600",
+                     "evaluation.interval_steps=12800", "evaluation.n_eval_episodes=20")
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 0, err[-3000:]
+    assert json.loads((run / "summary.json").read_text())["status"] == "done"
+    assert seen.read_text().strip()  # the samplers called our function
+    errors = [e.get("sampler/reward_errors", 0) for e in read_events(run / "logs" /
+                                                                    "sampler-0.jsonl")]
+    assert max(errors) > 0
+    warned = [e for e in read_events(run / "logs" / "sampler-0.jsonl")
+              if e.get("event") == "reward_fn_failed"]
+    assert warned and "reward service is down" in warned[0]["error"]
+    learned = [e for e in read_events(run / "logs" / "learner-0.jsonl")
+               if e.get("event") == "metrics" and "grpo/reward_mean" in e]
+    assert learned and learned[-1]["learner/updates"] >= 1
+
+
+def test_a_warm_start_is_the_initial_and_the_reference_policy(tmp_path):
+    """`verl sft`'s checkpoint: the job's policy starts from it, the reference is it,
+    and a few supervised steps on demonstrations lower the loss."""
+    from verl_zmq.seq.sft import run_sft
+
+    job = load_job(JOB, ["evaluation.n_eval_episodes=8"])
+    rows: list[dict] = []
+    out = tmp_path / "sft.pt"
+    r = run_sft(job, steps=30, out=str(out), batch_prompts=16, eval_every=15,
+                report=rows.append)
+    assert r.steps == 30 and out.exists()
+    assert rows[-1]["loss"] < 2.3  # below a uniform guess over 11 tokens: log(11) = 2.4
+    algo, _ = _algo(f"algorithm.init_from={out}")
+    state = torch.load(out, weights_only=True)
+    for k, v in algo.policy_module().state_dict().items():
+        assert torch.equal(v, state["policy"][k]), k
+    for a, b in zip(algo.ref.parameters(), algo.policy_module().parameters(), strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="init_from"):
+        _algo(f"algorithm.init_from={tmp_path / 'missing.pt'}")
+
+
+def test_ppo_with_a_critic_and_the_kl_in_the_reward_updates_on_sequences():
+    from verl_zmq.algos import make_algorithm
+    from verl_zmq.batch import job_layout
+    from verl_zmq.envs import env_spec, make_vector_env
+    from verl_zmq.roles.sampler import Collector
+
+    job = load_job(CONFIGS / "reverse_ppo.toml", ["sampling.num_envs_per_worker=8"])
+    algo = make_algorithm(job, env_spec(job.environment))
+    venv, seeds = make_vector_env(job.environment, 8, 0)
+    col = Collector(job, algo, venv, seeds)
+    batch = job_layout(job, env_spec(job.environment)).concat([col.collect()[0]])
+    out = algo.learn(batch).metrics
+    assert "charts/kl_ref" in out and "losses/kl_ref" not in out  # a penalty, not a loss
+    assert np.isfinite(out["losses/value_loss"])

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from ..batch import episodes
-from ..seq import is_sequence_env, round_steps
 from .base import START, Learned, Progress
 from .ppo import PPO, clipped_surrogate
 
@@ -60,19 +59,8 @@ class GRPO(PPO):
 
     def __init__(self, job, spec, device: str = "cpu", **kw):
         super().__init__(job, spec, device, **kw)
-        env = job.environment
-        self.group_size = int(env.kwargs.get("group_size", 1))
-        if not is_sequence_env(env.id) or self.group_size < 2:
-            raise ValueError("algorithm.name: grpo needs a sequence task (verl/Reverse-v0, "
-                             "verl/DigitSum-v0) with environment.kwargs.group_size >= 2")
-        R = round_steps(env.id, env.kwargs)
-        T = job.sampling.fragment_length
-        if T % R or job.sampling.num_envs_per_worker % self.group_size:
-            raise ValueError(
-                f"sampling: grpo needs whole groups in every fragment: fragment_length {T} "
-                f"a multiple of the task's round ({R} steps) and num_envs_per_worker "
-                f"{job.sampling.num_envs_per_worker} a multiple of group_size "
-                f"{self.group_size}")
+        # fit_problem (the base constructor) made sure every fragment holds whole groups
+        self.group_size = int(job.environment.kwargs.get("group_size", 1))
         self._seq = torch.zeros(0, dtype=torch.long)
         self._episodes: tuple[np.ndarray, np.ndarray] = (np.zeros(0), np.zeros(0))
         self._stats: dict[str, float] = {}

@@ -24,6 +24,9 @@ class Traits:
     numpy_actor: str = ""
     actions: str = "any"  # the action spaces it can act in: "discrete", "box" or "any"
     dueling: bool = False  # a dueling Q head is possible
+    # learns from groups of responses to one prompt: needs a sequence env whose
+    # fragments hold whole groups (seq/env.py)
+    grouped: bool = False
 
     @property
     def replay_modes(self) -> tuple[str, ...]:
@@ -36,7 +39,7 @@ TRAITS: dict[str, Traits] = {
     "dapo": Traits(on_policy=True, extras=("logp", "value"), decentralised=True,
                    learns_from_demos=True, numpy_actor="pg"),
     # no critic: advantages from the rewards of a prompt's group of responses
-    "grpo": Traits(on_policy=True, extras=("logp",), actions="discrete"),
+    "grpo": Traits(on_policy=True, extras=("logp",), actions="discrete", grouped=True),
     # Q(s, a) and max_a Q(s, a) at acting time: initial priorities (Ape-X)
     "dqn": Traits(on_policy=False, extras=("q_taken", "q_max"), numpy_actor="q",
                   actions="discrete", dueling=True),
@@ -60,6 +63,10 @@ def fit_problem(job, discrete: bool) -> str:
         return f"algorithm.name: {name} needs {need}; {job.environment.id} has {_OTHER[t.actions]}"
     if pol.dueling and not t.dueling:
         return f"algorithm.policy.dueling: a dueling head is for Q-networks (dqn), not {name}"
+    if t.grouped:
+        why = _group_problem(job)
+        if why:
+            return why
     if pol.kind == "transformer":
         if not t.on_policy:
             return f"algorithm.policy.kind: a transformer policy is for ppo and grpo, not {name}"
@@ -71,6 +78,29 @@ def fit_problem(job, discrete: bool) -> str:
         return ""
     if not pol.hidden_sizes:
         return "algorithm.policy.hidden_sizes: needs at least one layer"
+    return ""
+
+
+def _group_problem(job) -> str:
+    """Why the job's fragments would not hold whole groups of responses, or ""."""
+    from ..seq import is_sequence_env, round_steps
+
+    env, S = job.environment, job.sampling
+    G = int(env.kwargs.get("group_size", 1))
+    if not is_sequence_env(env.id) or G < 2:
+        return (f"algorithm.name: {job.algorithm.name} needs a sequence task (verl/Reverse-v0, "
+                f"verl/DigitSum-v0) with environment.kwargs.group_size >= 2")
+    if env.vectorization == "sync" or env.step_timeout_s > 0 or env.max_episode_steps \
+            or env.reward_fn:
+        return (f"environment: {job.algorithm.name} needs the task's own vector env (its "
+                f"groups): no vectorization = \"sync\", step_timeout_s, max_episode_steps "
+                f"or reward_fn (a task's reward is environment.kwargs.reward)")
+    R = round_steps(env.id, env.kwargs)
+    if S.fragment_length % R or S.num_envs_per_worker % G:
+        return (f"sampling: {job.algorithm.name} needs whole groups in every fragment: "
+                f"fragment_length {S.fragment_length} a multiple of the task's round ({R} "
+                f"steps) and num_envs_per_worker {S.num_envs_per_worker} a multiple of "
+                f"environment.kwargs.group_size {G}")
     return ""
 
 

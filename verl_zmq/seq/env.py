@@ -23,6 +23,7 @@ import math
 
 import gymnasium as gym
 import numpy as np
+import structlog
 
 from .tasks import (
     EOS,
@@ -112,6 +113,10 @@ class Sequences:
         except Exception as e:  # a user's function: any failure is counted, never fatal
             self.reward_errors += 1
             self.last_error = f"{type(e).__name__}: {e}"
+            if self.reward_errors <= 3 or self.reward_errors % 100 == 0:
+                structlog.get_logger().warning(
+                    "reward_fn_failed", error=self.last_error, errors=self.reward_errors,
+                    scored_as=self.on_error, prompt=meta["prompt_text"])
             return None
 
 

@@ -298,3 +298,25 @@ def test_ppo_with_a_critic_and_the_kl_in_the_reward_updates_on_sequences():
     out = algo.learn(batch).metrics
     assert "charts/kl_ref" in out and "losses/kl_ref" not in out  # a penalty, not a loss
     assert np.isfinite(out["losses/value_loss"])
+
+
+def test_acting_with_the_key_value_cache_gives_the_whole_prefix_logits():
+    """Over rounds of a sampler's vector env (new prompts, growing buffers, finished
+    responses waiting, every row anew at a round's start) the cached acting path
+    and a whole-prefix pass agree."""
+    algo, _ = _algo()
+    net = algo.policy_module()
+    env = SeqVectorEnv(num_envs=6, group_size=2, task="reverse")
+    obs, _ = env.reset(seed=1)
+    rng = np.random.default_rng(0)
+    with torch.no_grad():
+        for _ in range(3 * env.round_len):
+            o = torch.as_tensor(obs)
+            cached = net.dist(o, acting=True).logits
+            whole = net.dist(o.clone()).logits
+            assert torch.allclose(cached, whole, atol=1e-5)
+            a = rng.integers(0, 11, 6)
+            obs, *_ = env.step(a)
+        odd = torch.as_tensor(obs[::-1].copy())  # rows that match nothing cached
+        assert torch.allclose(net.dist(odd, acting=True).logits, net.dist(odd.clone()).logits,
+                              atol=1e-5)

@@ -1,9 +1,10 @@
 #!/usr/bin/env python
-"""Generation at post-training's sizes: whole-prefix recomputation (what samplers
-do: the policy reads the token buffer each step) against a key/value cache over
-the same weights (each step attends with one new query). Checks that both give
-the same logits, then times generating a whole response for a batch of prompts
-both ways, side by side, in one process and one thread.
+"""Generation at post-training's sizes: a sampler's acting path (the policy reads
+the token buffer each step; `seq/decode.py` keeps a key/value cache so only the
+new token takes a pass) against whole-prefix recomputation over the same
+weights. Checks that both give the same logits, then times generating a whole
+response for a batch of prompts both ways, side by side, in one process and
+one thread.
 
     python tools/bench_decode.py                        # the shipped reversal job
     python tools/bench_decode.py --batch 64 256 --d-model 64 128
@@ -17,7 +18,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -29,59 +29,21 @@ from verl_zmq.seq.tasks import FIRST_ACTION_TOKEN, SEP  # noqa: E402
 JOB = Path(__file__).resolve().parent.parent / "configs" / "reverse_grpo.toml"
 
 
-def cached_generate(net: TokenActorCritic, prompts: torch.Tensor, steps: int) -> torch.Tensor:
-    """Greedy logits of `steps` tokens after `prompts` [B, P], with a key/value cache
-    per layer: the prompt in one pass, then one position per step."""
-    tr = net.trunk
-    B, P = prompts.shape
-    sep = (prompts == SEP).int().argmax(1, keepdim=True)
-    caches: list[tuple[torch.Tensor, torch.Tensor]] = []
-    out = []
-    tokens = prompts
-    for step in range(steps + 1):
-        start = 0 if step == 0 else P + step - 1
-        pos = torch.arange(start, P + step, device=tokens.device) - sep + tr.length
-        x = tr.tok(tokens) + tr.pos(pos)
-        for i, layer in enumerate(tr.blocks.layers):
-            x, kv = _layer(layer, x, caches[i] if step else None)
-            caches[i:i + 1] = [kv]
-        logits = net.pi(tr.norm(x[:, -1]))
-        out.append(logits)
-        tokens = logits.argmax(-1, keepdim=True) + FIRST_ACTION_TOKEN
-    return torch.stack(out[:steps], 1)
-
-
-def _layer(layer, x, cache):
-    """One pre-norm encoder layer on the new positions `x`, attending to the cache."""
-    attn = layer.self_attn
-    h = layer.norm1(x)
-    q, k, v = F.linear(h, attn.in_proj_weight, attn.in_proj_bias).chunk(3, -1)
-    B, n, d = q.shape
-    H = attn.num_heads
-
-    def heads(t):
-        return t.view(B, -1, H, d // H).transpose(1, 2)
-
-    q, k, v = heads(q), heads(k), heads(v)
-    if cache is not None:
-        k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
-    a = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None)
-    x = x + attn.out_proj(a.transpose(1, 2).reshape(B, n, d))
-    x = x + layer.linear2(layer.activation(layer.linear1(layer.norm2(x))))
-    return x, (k, v)
-
-
-def recompute_generate(net: TokenActorCritic, prompts: torch.Tensor, steps: int,
-                       L: int) -> torch.Tensor:
-    """The same, as a sampler acts: the padded buffer through the whole net each step."""
+def generate(net: TokenActorCritic, prompts: torch.Tensor, steps: int, L: int,
+             acting: bool, force: torch.Tensor | None = None) -> torch.Tensor:
+    """Greedy log-probabilities of `steps` tokens after `prompts` [B, P], stepping a
+    padded buffer as a sampler does: `acting` with the key/value cache, else the
+    whole buffer through the net each step. With `force` [B, steps], those tokens
+    are appended instead of the greedy ones."""
     B, P = prompts.shape
     buf = torch.zeros(B, L)
     buf[:, :P] = prompts
     out = []
     for t in range(steps):
-        logits = net.dist(buf).logits
+        logits = net.dist(buf.clone(), acting=acting).logits
         out.append(logits)
-        buf[:, P + t] = (logits.argmax(-1) + FIRST_ACTION_TOKEN).float()
+        buf[:, P + t] = (logits.argmax(-1) + FIRST_ACTION_TOKEN).float() if force is None \
+            else force[:, t].float()
     return torch.stack(out, 1)
 
 
@@ -117,12 +79,13 @@ def main() -> None:
             prompts = torch.cat([torch.ones(B, 1), torch.randint(4, 14, (B, P - 2)),
                                  torch.full((B, 1), float(SEP))], 1).long()
             with torch.no_grad():
-                ref = recompute_generate(net, prompts, steps, L)
-                got = cached_generate(net, prompts, steps)
+                ref = generate(net, prompts, steps, L, acting=False)
+                chosen = ref.argmax(-1) + FIRST_ACTION_TOKEN  # near-ties: follow one path
+                got = generate(net, prompts, steps, L, acting=True, force=chosen)
                 err = float((ref - got).abs().max())
                 assert err < 1e-4, f"cached logits differ from recomputed ones by {err}"
-                r = timed(lambda n=net, p=prompts: recompute_generate(n, p, steps, L), a.reps)
-                c = timed(lambda n=net, p=prompts: cached_generate(n, p, steps), a.reps)
+                r = timed(lambda n=net, p=prompts: generate(n, p, steps, L, False), a.reps)
+                c = timed(lambda n=net, p=prompts: generate(n, p, steps, L, True), a.reps)
             print(f"{d:>7} {B:>5} {r * 1e3:>12.2f} {c * 1e3:>11.2f} {c / r:>6.2f}"
                   f"  (logits agree to {err:.1e})")
 

@@ -46,16 +46,17 @@ class ActorCritic(nn.Module):
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((spec.n_actions,), policy.log_std_init))
 
-    def dist(self, obs: torch.Tensor, seq: torch.Tensor | None = None
+    def dist(self, obs: torch.Tensor, seq: torch.Tensor | None = None, acting: bool = False
              ) -> torch.distributions.Distribution:
-        """The policy at each observation (`seq`, the episode of each, is for
-        sequence models: see `seq/model.py`)."""
+        """The policy at each observation (`seq`, the episode of each, and `acting`
+        are for sequence models: see `seq/model.py`)."""
         out = self.pi(obs.flatten(1))
         if self.discrete:
             return torch.distributions.Categorical(logits=out)
         return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
 
-    def value(self, obs: torch.Tensor, seq: torch.Tensor | None = None) -> torch.Tensor:
+    def value(self, obs: torch.Tensor, seq: torch.Tensor | None = None,
+              acting: bool = False) -> torch.Tensor:
         return self.v(obs.flatten(1)).squeeze(-1)
 
     def log_prob(self, d: torch.distributions.Distribution, a: torch.Tensor) -> torch.Tensor:

@@ -70,7 +70,8 @@ class GRPO(PPO):
 
     def act(self, obs, deterministic=False, env_steps=0):
         with torch.no_grad():
-            d = self.net.dist(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
+            d = self.net.dist(torch.as_tensor(obs, dtype=torch.float32, device=self.device),
+                              acting=True)
             a = self.net.mode(d) if deterministic else d.sample()
             logp = self.net.log_prob(d, a)
         return a.cpu().numpy(), {"logp": logp.cpu().numpy()}

@@ -85,10 +85,10 @@ class PPO(Algorithm):
     def act(self, obs, deterministic=False, env_steps=0):
         with torch.no_grad():
             o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-            d = self.net.dist(o)
+            d = self.net.dist(o, acting=True)
             a = self.net.mode(d) if deterministic else d.sample()
             logp = self.net.log_prob(d, a)
-            v = self.net.value(o)
+            v = self.net.value(o, acting=True)
         return a.cpu().numpy(), {"logp": logp.cpu().numpy(), "value": v.cpu().numpy()}
 
     def env_action(self, action: np.ndarray) -> np.ndarray:

@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +19,7 @@ import click
 from verl_zmq.config import ConfigError, dumps_job, load_job
 
 from .hosts import HostsError, load_hosts
+from .k8s import k8s_name, manifests, write
 from .plan import Plan, make_plan
 from .remote import check_reachable, full_argv
 from .supervisor import EXIT_BAD_INPUT, Supervisor, fmt_return
@@ -67,6 +71,33 @@ def print_plan(plan: Plan, job, run_dir: Path) -> None:
         click.echo(f"  {p.member_id}: {shlex.join(full_argv(job, plan, p, run_dir))}")
 
 
+def kubernetes(job_path: str, overrides, out_dir: str | None, apply_k8s: bool) -> None:
+    """Write the job's manifests (launcher/k8s.py); with --apply, `kubectl apply` them."""
+    from verl_zmq.transport import CurveKeys, curve_enabled
+
+    if not out_dir and not apply_k8s:
+        _bad("k8s: say where the manifests go (-o DIR), or --apply them")
+    try:
+        job = load_job(job_path, overrides)
+    except ConfigError as e:
+        _bad(str(e))
+    keys = None
+    if curve_enabled(job.security.curve, ["k8s"]):
+        k = CurveKeys.generate()
+        keys = {"public": k.public, "secret": k.secret}
+    out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="verl-k8s-"))
+    paths = write(manifests(job, keys), out)
+    name = k8s_name(job)
+    click.echo(f"wrote {len(paths)} manifests to {out} (objects labelled verl-zmq/run={name})",
+               err=True)
+    if not apply_k8s:
+        return
+    if shutil.which("kubectl") is None:
+        _bad("k8s --apply: kubectl is not on PATH; apply the manifests with -o DIR instead")
+    r = subprocess.run(["kubectl", "apply", "-f", str(out)])
+    sys.exit(r.returncode)
+
+
 def preflight_check(job, job_path: str) -> None:
     """What needs gymnasium to know (the env, whether the algorithm fits it,
     memory, demonstrations), in this process and torch-free: ~0.2 s before any
@@ -85,8 +116,16 @@ def preflight_check(job, job_path: str) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the plan and commands; start nothing.")
 @click.option("--resume", "resume", default=None, help="Continue the run in this run folder.")
 @click.option("--run-dir", default=None, help="Run folder (default runs/<name>/<stamp>).")
-def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir):
-    """Start a whole job: HOSTS is a hosts file, `local` or `slurm`; JOB a job file."""
+@click.option("-o", "--out", "out_dir", default=None,
+              help="k8s: write the manifests into this folder.")
+@click.option("--apply", "apply_k8s", is_flag=True,
+              help="k8s: hand the manifests to `kubectl apply`.")
+def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir, out_dir, apply_k8s):
+    """Start a whole job: HOSTS is a hosts file, `local` or `slurm`; JOB a job file.
+    HOSTS `k8s` writes the job's Kubernetes manifests instead (-o DIR, --apply)."""
+    if hosts_spec == "k8s":
+        kubernetes(job_path, overrides, out_dir, apply_k8s)
+        return
     try:
         job = load_job(job_path, overrides)
         hosts = load_hosts(hosts_spec)
@@ -100,7 +139,7 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir):
         print_plan(plan, job, rd.resolve())
         return
     preflight_check(job, job_path)
-    remote = [h for h in plan.hosts if not h.is_local]
+    remote = [h for h in plan.hosts if h.by_ssh]
     if remote:
         async def probe():
             return await asyncio.gather(*(check_reachable(job, h) for h in remote))

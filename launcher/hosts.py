@@ -1,4 +1,5 @@
-"""Hosts: a hosts file, `local`, or `slurm` (the current allocation).
+"""Hosts: a hosts file, `local`, or `slurm` (the current allocation's nodes, where
+roles start as job steps through `srun`).
 
 Hosts file: one host a line,
     [user@]host[:port] [slots=N] [gpus=N] [roles=a,b,...] [python=PATH] [workdir=PATH]
@@ -32,13 +33,22 @@ class Host:
     roles: tuple[str, ...] = ()  # empty: any role
     python: str = ""
     workdir: str = ""
+    # how roles start there: "ssh", or "srun" (a node of the Slurm allocation we run in:
+    # roles are job steps, so Slurm accounts, confines and cleans them up)
+    via: str = "ssh"
     line: int = 0
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
     def is_local(self) -> bool:
-        """localhost and 127.0.0.1 run without SSH; every other address goes through it."""
-        return self.address in LOCAL_NAMES and not self.user and not self.port
+        """localhost and 127.0.0.1 run without SSH or srun; every other address goes
+        through one of them."""
+        return self.address in LOCAL_NAMES and not self.user and not self.port \
+            and self.via == "ssh"
+
+    @property
+    def by_ssh(self) -> bool:
+        return not self.is_local and self.via == "ssh"
 
     @property
     def ssh_target(self) -> str:
@@ -157,7 +167,8 @@ def slurm_hosts(env: dict | None = None) -> list[Host]:
     m = re.match(r"(\d+)", per)
     if m:
         slots = int(m.group(1))
-    return [Host(address=n, slots=slots, line=i + 1) for i, n in enumerate(expand_nodelist(spec))]
+    return [Host(address=n, slots=slots, via="srun", line=i + 1)
+            for i, n in enumerate(expand_nodelist(spec))]
 
 
 def load_hosts(spec: str) -> list[Host]:

@@ -1,9 +1,10 @@
-"""Starting one role process: locally for localhost, through the system `ssh`
-client for every other host (so ~/.ssh/config, agents, ProxyJump and
-ControlMaster apply). The resolved job and, with CURVE, the job's keys travel
-as the first line of the role's stdin, never on a command line or in a
-world-readable file; the stdin then stays open, and its EOF (the launcher or
-the SSH session gone) stops the role: no orphans on any host.
+"""Starting one role process: locally for localhost, as a job step (`srun`) on a
+Slurm allocation's nodes, through the system `ssh` client for every other host
+(so ~/.ssh/config, agents, ProxyJump and ControlMaster apply). The resolved
+job and, with CURVE, the job's keys travel as the first line of the role's
+stdin, never on a command line or in a world-readable file; the stdin then
+stays open, and its EOF (the launcher, the SSH session or the job step gone)
+stops the role: no orphans on any host.
 """
 
 from __future__ import annotations
@@ -29,18 +30,21 @@ SSH_BASE = ["ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5",
 
 
 def python_for(job: Job, host: Host) -> str:
+    """Ours on this host and on a Slurm allocation's nodes (they share a filesystem),
+    else `python3` unless the hosts file or the job names one."""
     if host.python:
         return host.python
     if job.launch.python:
         return job.launch.python
-    return sys.executable if host.is_local else "python3"
+    return "python3" if host.by_ssh else sys.executable
 
 
 def run_dir_on(host: Host, run_dir: Path) -> str:
     """Where a role keeps its files (checkpoints, snapshots) on its own host: the same
-    path locally; on other hosts relative to the working directory when the run folder
-    is under ours (no shared filesystem is assumed), else the same absolute path."""
-    if host.is_local:
+    path locally and on Slurm nodes (a shared filesystem); on SSH hosts relative to
+    the working directory when the run folder is under ours (no shared filesystem
+    is assumed), else the same absolute path."""
+    if not host.by_ssh:
         return str(run_dir)
     try:
         return str(Path(run_dir).resolve().relative_to(Path.cwd().resolve()))
@@ -72,11 +76,30 @@ def ssh_argv(job: Job, host: Host, inner: list[str]) -> list[str]:
     return argv + [host.ssh_target, remote]
 
 
+def srun_argv(job: Job, host: Host, p: Placement, inner: list[str]) -> list[str]:
+    """A job step of the current Slurm allocation on the placement's node: one task,
+    sharing the allocation's resources with the other steps (--overlap), its stdin
+    from ours (the job, then EOF to stop it), a failing step never cancelling the
+    others (the launcher restarts roles itself)."""
+    argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host.address}", "--overlap",
+            "--kill-on-bad-exit=0", "--input=all", f"--job-name=verl-{p.member_id}"]
+    res = getattr(job.resources, p.role, None)  # the registry has no resources section
+    cpus = res.cpu if res is not None else 0
+    if cpus:
+        argv.append(f"--cpus-per-task={int(cpus)}")
+    workdir = host.workdir or job.launch.workdir
+    if workdir:
+        argv.append(f"--chdir={workdir}")
+    return argv + inner
+
+
 def full_argv(job: Job, plan: Plan, p: Placement, run_dir: Path,
               standby: bool = False) -> list[str]:
     inner = role_argv(job, plan, p, run_dir, standby)
     host = plan.host_of(p)
-    return inner if host.is_local else ssh_argv(job, host, inner)
+    if host.is_local:
+        return inner
+    return srun_argv(job, host, p, inner) if host.via == "srun" else ssh_argv(job, host, inner)
 
 
 async def check_reachable(job: Job, host: Host, timeout_s: float = 10.0) -> str:

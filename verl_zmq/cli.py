@@ -39,6 +39,9 @@ def main() -> None:
 @click.option("--registry", required=True, help="Registry endpoint, tcp://HOST:PORT.")
 @click.option("--id", "member_id", default=None, help="Member id (default: ROLE-0).")
 @click.option("--group", default="main", show_default=True)
+@click.option("--member-index", type=int, default=None,
+              help="Take the id and group of the job's N-th member of ROLE (a Kubernetes "
+                   "Indexed Job's completion index), instead of --id and --group.")
 @click.option("--bind", default="127.0.0.1", show_default=True, help="Address to bind on.")
 @click.option("--run-dir", default=None, help="Run folder (checkpoints, snapshots).")
 @click.option("--keys", "keys_file", default=None, help="CURVE keys file (mode 600).")
@@ -48,8 +51,8 @@ def main() -> None:
               help="Stop when stdin closes (the launcher's remote roles).")
 @click.option("--standby", is_flag=True, hidden=True,
               help="Import the role's modules, then wait for the job on stdin (a warm spare).")
-def role(role, job_path, registry, member_id, group, bind, run_dir, keys_file, log_file,
-         overrides, exit_on_stdin_eof, standby):
+def role(role, job_path, registry, member_id, group, member_index, bind, run_dir, keys_file,
+         log_file, overrides, exit_on_stdin_eof, standby):
     """Run one ROLE of a job by hand (the launcher runs the same code path)."""
     from .transport import CurveKeys
 
@@ -81,6 +84,13 @@ def role(role, job_path, registry, member_id, group, bind, run_dir, keys_file, l
     from .specs import RoleSpec
 
     member_id = member_id or f"{role}-0" if role != "registry" else (member_id or "registry")
+    if member_index is not None:
+        from .specs import default_specs
+
+        mine = [s for s in default_specs(job) if s.role == role]
+        if not 0 <= member_index < len(mine):
+            fail(f"--member-index {member_index}: the job has {len(mine)} {role} member(s)")
+        member_id, group = mine[member_index].member_id, mine[member_index].group
     run = Path(run_dir or Path(job.experiment.runs_dir) / job.experiment.name / "by-hand")
     run.mkdir(parents=True, exist_ok=True)
     stream = open(log_file, "a", buffering=1) if log_file else None  # noqa: SIM115

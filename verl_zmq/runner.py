@@ -15,6 +15,7 @@ from pathlib import Path
 import zmq.asyncio
 
 from .config import Job, dumps_job
+from .config.checks import memory_bytes
 from .log import get_logger, setup_logging
 from .specs import RoleSpec, default_specs
 from .transport import CurveKeys, Transport
@@ -93,11 +94,7 @@ def limit_memory(spec: str) -> None:
         return
     import resource
 
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    s = spec.strip().lower().rstrip("ib").rstrip("b")
-    mult = units.get(s[-1:], 1)
-    value = float(s[:-1] if s[-1:] in units else s)
-    limit = int(value * mult)
+    limit = memory_bytes(spec)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 

@@ -3,6 +3,7 @@ periods, consistent sizes, configurations that would deadlock."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from .sections import ConfigError, Job
@@ -44,6 +45,7 @@ def check_semantics(job: Job, source: str) -> None:
     _check_learners(job, source)
     _check_replay(job, source)
     _check_algorithm(job, source)
+    _check_resources(job, source)
 
 
 def _check_launch(job: Job, source: str) -> None:
@@ -130,3 +132,36 @@ def _check_algorithm(job: Job, source: str) -> None:
             f"{source}: algorithm.params.minibatch_size: {p.minibatch_size} is larger than "
             f"algorithm.params.batch_size {p.batch_size}"
         )
+
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def memory_bytes(spec: str) -> int:
+    """A memory size as bytes: a number with an optional unit K, M, G or T (binary,
+    optionally followed by B or iB: "512MB", "2GiB", "4g"); ValueError otherwise."""
+    s = spec.strip().lower()
+    for tail in ("ib", "b"):
+        if s.endswith(tail) and s[:-len(tail)][-1:] in "kmgt" and s[:-len(tail)]:
+            s = s[:-len(tail)]
+            break
+    unit = s[-1:] if s[-1:] in "kmgt" else ""
+    number = s[:-1] if unit else s
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{spec!r} is not a size such as \"512MB\" or \"2GB\"") from None
+    if not value > 0:
+        raise ValueError(f"{spec!r}: a size must be positive")
+    return int(value * _UNITS[unit])
+
+
+def _check_resources(job: Job, source: str) -> None:
+    for f in dataclasses.fields(job.resources):
+        spec = getattr(job.resources, f.name).memory
+        if spec:
+            try:
+                memory_bytes(spec)
+            except ValueError as e:
+                raise ConfigError(f"{source}: resources.{f.name}.memory: {e}") from None
+

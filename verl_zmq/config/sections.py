@@ -195,6 +195,19 @@ class Security:
 
 
 @dataclass(frozen=True)
+class K8s:
+    """What `verl-launch k8s` writes into the manifests besides the job."""
+
+    image: str = "verl-zmq:latest"  # an image with verl-zmq installed (tools/Containerfile)
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    namespace: str = "default"
+    service_account: str = ""  # empty: the namespace's default
+    node_selector: dict = field(default_factory=dict)  # e.g. {"kubernetes.io/arch" = "amd64"}
+    volume: str = ""  # a PersistentVolumeClaim for the run folder; empty: each pod's own
+    ttl_s: int = 3600  # finished Jobs (and their pods) are deleted after this; 0: kept
+
+
+@dataclass(frozen=True)
 class Launch:
     """How many of each role, ports, liveness, restarts, remote start."""
 
@@ -215,6 +228,7 @@ class Launch:
     python: str = ""  # interpreter on remote hosts (default python3)
     workdir: str = ""  # cd here on remote hosts before starting a role
     ssh_options: list[str] = field(default_factory=list)  # extra ssh arguments
+    k8s: K8s = field(default_factory=K8s)  # verl-launch k8s: image, namespace, volume
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,29 @@ def launch(*args, **kw) -> subprocess.CompletedProcess:
                           timeout=kw.pop("timeout", 120), cwd=kw.pop("cwd", ROOT), **kw)
 
 
+def job_processes(marker: str) -> list[str]:
+    """`pid args` of every process whose command line holds `marker` (a run folder)."""
+    r = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True)
+    return [line for line in r.stdout.splitlines()
+            if marker in line and "ps -eo" not in line and "-m pytest" not in line]
+
+
+def kill_launcher_once_training(proc: subprocess.Popen, run: Path, wait_s: float,
+                                stop_s: float) -> None:
+    """Once the learner trains, SIGKILL the launcher alone (not its children); then
+    every process of the job must be gone within `stop_s` (its roles see their
+    stdin close)."""
+    def training():
+        return any(e.get("event") == "metrics" and e.get("learner/env_steps", 0) > 0
+                   for e in read_events(run / "logs" / "learner-0.jsonl"))
+
+    wait_for(training, wait_s, what="the job training")
+    assert job_processes(str(run))
+    proc.send_signal(signal.SIGKILL)
+    wait_for(lambda: not job_processes(str(run)), stop_s,
+             what=f"no process of the job left (still: {job_processes(str(run))})")
+
+
 def kill_tree(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:

@@ -183,7 +183,7 @@ def test_bad_sequence_settings_name_the_key():
         SeqVectorEnv(num_envs=6, group_size=4)
     with pytest.raises(ValueError, match="on_error"):
         SeqEnv(task="reverse", on_error="ignore")
-    with pytest.raises(ValueError, match="reward_fn"):
+    with pytest.raises(ValueError, match="environment.kwargs.reward"):
         SeqEnv(task="reverse", reward="no_such_module_here:fn")
     with pytest.raises(ValueError, match="fragment_length"):
         _algo("sampling.fragment_length=12")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
 import subprocess
 
@@ -17,10 +16,10 @@ from tests.conftest import (
     PY,
     ROOT,
     free_port_range,
+    kill_launcher_once_training,
     kill_tree,
     launch,
     read_events,
-    wait_for,
 )
 from verl_zmq.config import load_job
 
@@ -98,27 +97,13 @@ def test_a_job_runs_to_its_end_as_slurm_job_steps(tmp_path, monkeypatch):
     assert argv[argv.index("--bind") + 1] in ("127.0.0.2", "127.0.0.3")
 
 
-def _job_processes(marker: str) -> list[str]:
-    r = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True)
-    return [line for line in r.stdout.splitlines()
-            if marker in line and "ps -eo" not in line and "-m pytest" not in line]
-
-
 @pytest.mark.timeout(600)
 def test_a_launcher_killed_in_an_allocation_leaves_no_process(tmp_path, monkeypatch):
     _, run = _allocation(tmp_path, monkeypatch)
     proc = _start(run, "training.total_timesteps=10000000", "launch.evaluators=0")
     try:
-        def training():
-            return any(e.get("event") == "metrics" and e.get("learner/env_steps", 0) > 0
-                       for e in read_events(run / "logs" / "learner-0.jsonl"))
-
-        wait_for(training, 240, what="the job training")
-        assert _job_processes(str(run))
-        proc.send_signal(signal.SIGKILL)  # the launcher alone: its steps see stdin close
         L = load_job(CONFIGS / "cartpole_ppo.toml").launch
-        deadline = L.heartbeat_interval_s * L.heartbeat_liveness + L.grace_s + 10
-        wait_for(lambda: not _job_processes(str(run)), deadline,
-                 what=f"no process of the job left (still: {_job_processes(str(run))})")
+        kill_launcher_once_training(
+            proc, run, 240, L.heartbeat_interval_s * L.heartbeat_liveness + L.grace_s + 10)
     finally:
         kill_tree(proc)

@@ -9,11 +9,19 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
-from tests.conftest import CONFIGS, PY, ROOT, free_port_range, kill_tree, read_events, wait_for
+from tests.conftest import (
+    CONFIGS,
+    PY,
+    ROOT,
+    free_port_range,
+    kill_launcher_once_training,
+    kill_tree,
+    read_events,
+    wait_for,
+)
 from tests.sshd import ADDRESSES, start_sshd, unavailable
 
 TARGET, BUDGET = 475.0, 100_000
@@ -124,28 +132,11 @@ def test_curve_was_on_for_the_remote_job(ssh_job):
     assert not list((ssh_job["run"]).glob("**/*key*"))  # keys never touched the disk
 
 
-def _job_processes(marker: str) -> list[str]:
-    r = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True)
-    return [line for line in r.stdout.splitlines()
-            if marker in line and "ps -eo" not in line and "-m pytest" not in line]
-
-
 @pytest.mark.timeout(600)
 def test_launcher_killed_with_sigkill_leaves_no_process(sshd, tmp_path):
     proc, run = _start(tmp_path, sshd, ["--set", "training.total_timesteps=10000000",
                                         "--set", "launch.evaluators=0"])
     try:
-        def training():
-            return any(e.get("event") == "metrics" and e.get("learner/env_steps", 0) > 0
-                       for e in read_events(run / "logs" / "learner-0.jsonl"))
-
-        wait_for(training, 180, what="the job training")
-        assert _job_processes(str(run))
-        proc.send_signal(signal.SIGKILL)  # the launcher alone, not its children
-        t0 = time.monotonic()
-        deadline = HB * LIVENESS + GRACE + 10
-        wait_for(lambda: not _job_processes(str(run)), deadline,
-                 what=f"no process of the job left (still: {_job_processes(str(run))})")
-        assert time.monotonic() - t0 <= deadline
+        kill_launcher_once_training(proc, run, 180, HB * LIVENESS + GRACE + 10)
     finally:
         kill_tree(proc)

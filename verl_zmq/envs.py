@@ -10,7 +10,6 @@ sampler marks that step invalid.
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ import numpy as np
 from . import seq  # noqa: F401  (registers the sequence tasks' env ids)
 from .config import Environment
 from .envguard import GuardedVectorEnv
+from .importing import load_object
 
 
 class EnvError(Exception):
@@ -39,14 +39,10 @@ class EnvSpec:
 
 
 def _load_object(path: str, what: str):
-    mod, _, name = path.partition(":")
-    if not mod or not name:
-        raise EnvError(f"{what} {path!r}: expected module:name")
     try:
-        obj = getattr(importlib.import_module(mod), name)
-    except (ImportError, AttributeError) as e:
-        raise EnvError(f"{what} {path!r}: cannot import: {e}") from None
-    return obj
+        return load_object(path, what)
+    except ValueError as e:
+        raise EnvError(str(e)) from None
 
 
 def resolve_id(env_id: str) -> str:

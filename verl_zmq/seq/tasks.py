@@ -14,12 +14,13 @@ end token) and the task's metadata (`task`, `prompt_text`, `response_text`,
 
 from __future__ import annotations
 
-import importlib
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..importing import load_object
 
 PAD, BOS, SEP, EOS = 0, 1, 2, 3
 DIGIT0 = 4
@@ -135,15 +136,9 @@ def make_task(name: str) -> Task:
 
 def load_reward_fn(path: str) -> RewardFn:
     """`module:function`, imported (never evaluated): the job's reward function."""
-    mod, _, name = path.partition(":")
-    if not mod or not name:
-        raise ValueError(f"environment.kwargs.reward_fn {path!r}: expected module:function")
-    try:
-        fn = getattr(importlib.import_module(mod), name)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"environment.kwargs.reward_fn {path!r}: cannot import: {e}") from None
+    fn = load_object(path, "environment.kwargs.reward")
     if not callable(fn):
-        raise ValueError(f"environment.kwargs.reward_fn {path!r} is not callable")
+        raise ValueError(f"environment.kwargs.reward {path!r} is not callable")
     return fn
 
 

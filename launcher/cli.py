@@ -5,24 +5,29 @@ write the run folder, exit 0 done / 1 a role failed for good / 2 bad input /
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import click
 
 from verl_zmq.config import ConfigError, dumps_job, load_job
+from verl_zmq.files import clean_temporaries
+from verl_zmq.log import errno_name
 
 from .hosts import HostsError, load_hosts
 from .k8s import k8s_name, manifests, write
 from .plan import Plan, make_plan
 from .remote import check_reachable, full_argv
-from .supervisor import EXIT_BAD_INPUT, Supervisor, fmt_return
+from .supervisor import EXIT_BAD_INPUT, EXIT_FAILED, Supervisor, fmt_return
 
 
 def _bad(msg: str) -> None:
@@ -98,6 +103,41 @@ def kubernetes(job_path: str, overrides, out_dir: str | None, apply_k8s: bool) -
     sys.exit(r.returncode)
 
 
+def write_summary(path: Path, summary: dict) -> str:
+    """summary.json; where it cannot be written (a full disk), its content on stdout
+    after one line on stderr naming the path and the error. Where it went."""
+    text = json.dumps(summary, indent=2)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+        return str(path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        click.echo(f"error: cannot write {path}: {e.strerror or e} ({errno_name(e)}); "
+                   f"the summary follows on stdout", err=True)
+        with contextlib.suppress(OSError):
+            click.echo(text)
+        return "stdout"
+
+
+def thread_failed(tb_dir: Path):
+    """A thread hook: TensorBoard's writer thread (the launcher's only one) hitting a
+    full disk says so in one line naming its folder, not in a traceback; anything
+    else as Python would report it."""
+    def hook(args) -> None:
+        if isinstance(args.exc_value, OSError):
+            e = args.exc_value
+            with contextlib.suppress(OSError):
+                click.echo(f"error: cannot write {e.filename or tb_dir}: {e.strerror or e} "
+                           f"({errno_name(e)}); no more TensorBoard events", err=True)
+            return
+        sys.__excepthook__(args.exc_type, args.exc_value, args.exc_traceback)
+
+    return hook
+
+
 def preflight_check(job, job_path: str) -> None:
     """What needs gymnasium to know (the env, whether the algorithm fits it,
     memory, demonstrations), in this process and torch-free: ~0.2 s before any
@@ -147,11 +187,19 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir, out_dir, app
         for h, why in zip(remote, asyncio.run(probe())):
             if why:
                 _bad(f"host {h.ssh_target} (hosts line {h.line}) is unreachable by SSH: {why}")
-    rd.mkdir(parents=True, exist_ok=True)
-    rd = rd.resolve()
     job_text = dumps_job(job)
-    (rd / "job.toml").write_text(job_text)
-    plan.write(rd)
+    try:
+        rd.mkdir(parents=True, exist_ok=True)
+        rd = rd.resolve()
+        clean_temporaries(rd)  # a summary a full disk cut short, last time
+        (rd / "job.toml").write_text(job_text)
+        plan.write(rd)
+        (rd / "logs").mkdir(exist_ok=True)
+        stream = open(rd / "logs" / "launcher.jsonl", "a", buffering=1)  # noqa: SIM115
+    except OSError as e:
+        click.echo(f"error: cannot write the run folder {rd}: {e.strerror or e} "
+                   f"({errno_name(e)}); nothing was started", err=True)
+        sys.exit(EXIT_FAILED)
     keys = None
     if curve_enabled(job.security.curve, [h.address for h in plan.hosts]):
         from verl_zmq.transport import CurveKeys
@@ -160,21 +208,20 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir, out_dir, app
         keys = {"public": k.public, "secret": k.secret}
     from verl_zmq.log import setup_logging
 
-    (rd / "logs").mkdir(exist_ok=True)
-    stream = open(rd / "logs" / "launcher.jsonl", "a", buffering=1)  # noqa: SIM115
     log = setup_logging("launcher", "launcher", stream=stream)
     if keys is not None:  # the public half only: it names the job's key, it opens nothing
         log.info("curve_enabled", public_key=keys["public"])
+    threading.excepthook = thread_failed(rd / "tb")
     click.echo(f"run folder: {rd} ({job.algorithm.name} on {job.environment.id})", err=True)
     sup = Supervisor(job, plan, rd, job_text, keys, log)
     rc = asyncio.run(sup.run())
     summary = sup.summary()
-    (rd / "summary.json").write_text(json.dumps(summary, indent=2))
+    where = write_summary(rd / "summary.json", summary)
     log.info("launcher_finished", **{k: v for k, v in summary.items() if k != "evaluations"})
     click.echo(f"{summary['status']}: env steps {summary['env_steps']:,}, best eval "
                f"{fmt_return(summary['best_eval_return'])}, final eval "
                f"{fmt_return(summary['final_eval_return'])}, wall {summary['wall_s']:.1f}s; "
-               f"summary: {rd / 'summary.json'}", err=True)
+               f"summary: {where}", err=True)
     for m, err in summary["failed_roles"].items():
         click.echo(f"failed for good: {m}\n{err}", err=True)
     sys.exit(rc)

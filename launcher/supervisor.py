@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from verl_zmq.config import Job
+from verl_zmq.log import write_failed
 from verl_zmq.ops import tb
 from verl_zmq.ops.runview import RunView
 
@@ -126,17 +127,20 @@ class Supervisor:
         return env
 
     def on_signal(self, sig: int) -> None:
+        """The stop comes first and nothing here can raise: a console or log on a
+        full disk must not keep the launcher from stopping."""
         self.interrupts += 1
         self.outcome = EXIT_INTERRUPTED
-        if self.interrupts == 1:
-            self.console.write(f"\n{signal.Signals(sig).name}: stopping every role "
-                               f"(again to stop at once)\n")
-            self.log.info("launcher_interrupted", signal=signal.Signals(sig).name)
-        else:
-            for rp in self.procs:
-                rp.signal(signal.SIGKILL)
         self.stopping = True
         self.wake.set()
+        if self.interrupts > 1:
+            for rp in self.procs:
+                rp.signal(signal.SIGKILL)
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self.console.write(f"\n{signal.Signals(sig).name}: stopping every role "
+                               f"(again to stop at once)\n")
+        self.log.info("launcher_interrupted", signal=signal.Signals(sig).name)
 
     async def _watch(self, rp: RoleProcess) -> None:
         """Wait for one process; restart it by policy or decide the job's fate."""
@@ -215,12 +219,18 @@ class Supervisor:
             await asyncio.sleep(0.5)
             new = self.view.poll()
             if self.tb is not None:
-                self.tb.write(new)
+                try:
+                    self.tb.write(new)
+                except OSError as e:  # a full disk: no more charts, the job goes on
+                    write_failed(self.log, "tensorboard_failed", self.run_dir / "tb", e,
+                                 "no more TensorBoard events")
+                    self.tb = None
             if time.monotonic() >= next_print:
                 next_print = time.monotonic() + every
                 line = self.progress.line()
-                self.console.write(("\r" + line + "\x1b[K") if tty else line + "\n")
-                self.console.flush()
+                with contextlib.suppress(OSError, ValueError):
+                    self.console.write(("\r" + line + "\x1b[K") if tty else line + "\n")
+                    self.console.flush()
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -247,9 +257,11 @@ class Supervisor:
             w.cancel()
         new = self.view.poll()
         if self.tb is not None:
-            self.tb.close(new)
+            with contextlib.suppress(OSError):
+                self.tb.close(new)
         if self.console.isatty():
-            self.console.write("\n")
+            with contextlib.suppress(OSError, ValueError):
+                self.console.write("\n")
         return self.outcome
 
     async def _stop_all(self, finishing: bool) -> None:

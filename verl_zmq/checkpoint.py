@@ -4,6 +4,7 @@ naming the newest, pruning to `checkpoint.keep`, and loading with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -12,10 +13,17 @@ import torch
 
 
 def save_atomic(obj: dict, path: Path) -> None:
+    """Write to a temporary file, then rename: a reader sees the old file or the new
+    one. A failed write (a full disk) leaves the old file and no temporary."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def load(path: str | Path, device: str = "cpu") -> dict:

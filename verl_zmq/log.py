@@ -5,6 +5,7 @@ role, id, group, incarnation, host, pid.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -66,17 +67,82 @@ class _Tee:
         return json.dumps(ev, default=_json_default, separators=(",", ":"))
 
 
+def _stream_name(stream: IO[str]) -> str:
+    """Where a stream writes: its file's path (stdout redirected to a log file is
+    named by /proc), else its name."""
+    try:
+        return os.readlink(f"/proc/self/fd/{stream.fileno()}")
+    except (OSError, ValueError, AttributeError):
+        return str(getattr(stream, "name", stream))
+
+
+class SafeStream:
+    """A log stream that never raises: the first write that fails (a full disk:
+    ENOSPC, or EIO) prints one line on stderr naming the path and the error, and
+    every later line goes to stderr instead, or nowhere when stderr fails too. A
+    role keeps working; a launcher still stops."""
+
+    def __init__(self, stream: IO[str]):
+        self.stream = stream
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        if self.failed is None:
+            try:
+                n = self.stream.write(text)
+                self.stream.flush()
+                return n
+            except OSError as e:
+                self.failed = e
+                self._say(f"error: cannot write the log {_stream_name(self.stream)}: "
+                          f"{e.strerror or e} ({errno_name(e)}); logging to stderr from now\n")
+        if self.stream is not sys.stderr:
+            self._say(text)
+        return len(text)
+
+    @staticmethod
+    def _say(text: str) -> None:
+        try:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except OSError:
+            pass  # nowhere left to say it: keep working
+
+    def flush(self) -> None:
+        if self.failed is None:
+            try:
+                self.stream.flush()
+            except OSError as e:
+                self.failed = e
+
+    def isatty(self) -> bool:
+        return False
+
+
+def write_failed(log, event: str, path, e: OSError, then: str) -> None:
+    """A file a role could not write (a checkpoint, a snapshot): one plain line on
+    stderr naming the path and the error, and the same as a structured event."""
+    SafeStream._say(f"error: cannot write {path}: {e.strerror or e} ({errno_name(e)}); "
+                    f"{then}\n")
+    log.error(event, path=str(path), error=str(e), errno=errno_name(e), then=then)
+
+
+def errno_name(e: OSError) -> str:
+    return errno.errorcode.get(e.errno or 0, str(e.errno))
+
+
 def setup_logging(role: str, member_id: str, group: str = "main", incarnation: int = 0,
                   level: str = "info", stream: IO[str] | None = None,
                   host: str | None = None) -> structlog.typing.FilteringBoundLogger:
-    """Configure structlog for this process and return the role's bound logger."""
-    out = stream or sys.stdout
+    """Configure structlog for this process and return the role's bound logger
+    (through `SafeStream`: a log that cannot be written never stops a process)."""
+    out = SafeStream(stream or sys.stdout)
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
             _add_ts,
             structlog.processors.dict_tracebacks,
-            _Tee(tty=sys.stderr.isatty() and out is not sys.stderr),
+            _Tee(tty=sys.stderr.isatty() and out.stream is not sys.stderr),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS.get(level, logging.INFO)),
         logger_factory=structlog.PrintLoggerFactory(file=out),

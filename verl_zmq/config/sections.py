@@ -158,6 +158,7 @@ class Checkpoint:
 
     interval_steps: int = 50_000  # learner writes checkpoints/step_<n>.pt this often
     keep: int = 3  # step checkpoints kept (latest.pt and best.pt besides)
+    min_free_mb: int = 64  # below this much free disk a periodic checkpoint is skipped; 0: off
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ from ..checkpoint import load as load_checkpoint
 from ..checkpoint import policy_state, write_checkpoint
 from ..config import Job, dumps_job
 from ..envs import EnvSpec
+from ..files import clean_temporaries, free_mb
+from ..log import write_failed
 from ..normalize import RunningMeanStd
 from .state import TrainState
 
@@ -64,6 +66,8 @@ class Trainer:
         self.learn_s = 0.0
         self.updates_here = 0  # updates by this process (a restart counts afresh)
         self.next_ckpt = job.checkpoint.interval_steps
+        for p in clean_temporaries(checkpoint_dir) if self.primary else []:
+            log.info("temporary_removed", path=str(p))  # a killed writer's leftover
         self._resume()
 
     # -- what fragments tell ------------------------------------------------------
@@ -158,10 +162,22 @@ class Trainer:
                 "numpy_rng": json.dumps(self.rng.bit_generator.state)}
 
     def checkpoint(self) -> None:
+        """A step checkpoint and latest.pt, unless the disk is nearly full
+        (`checkpoint.min_free_mb`: skipped with a warning) or the write fails (said
+        once on stderr; the last good checkpoint stays)."""
         if not self.primary:
             return
-        path = write_checkpoint(self.checkpoint_dir, self.state.env_steps, self._state(),
-                                self.job.checkpoint.keep)
+        d, need = self.checkpoint_dir, self.job.checkpoint.min_free_mb
+        if need and (free := free_mb(d)) < need:
+            self.log.warning("checkpoint_skipped", path=str(d), free_mb=round(free, 1),
+                             min_free_mb=need, env_steps=self.state.env_steps)
+            return
+        try:
+            path = write_checkpoint(d, self.state.env_steps, self._state(),
+                                    self.job.checkpoint.keep)
+        except OSError as e:
+            write_failed(self.log, "checkpoint_failed", d, e, "keeping the last good checkpoint")
+            return
         self.log.info("checkpoint_saved", path=str(path), env_steps=self.state.env_steps,
                       version=self.state.version)
 

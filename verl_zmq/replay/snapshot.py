@@ -4,6 +4,7 @@ so a snapshot is data only and a crash mid-write leaves the previous one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -24,7 +25,12 @@ def write(directory: Path, arrays: dict[str, np.ndarray]) -> Path:
     # a unique temporary name: a periodic write still running in its thread and
     # the write on stop must not share one
     with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{FILE}.", delete=False) as f:
-        np.savez(f, **arrays)
+        try:
+            np.savez(f, **arrays)
+        except BaseException:  # a full disk: no half-written temporary stays behind
+            with contextlib.suppress(OSError):
+                os.unlink(f.name)
+            raise
     os.replace(f.name, path)
     return path
 

@@ -23,6 +23,7 @@ from ..checkpoint import policy_state, save_atomic
 from ..config import dumps_job
 from ..envs import env_spec, make_env
 from ..gossip import fingerprint
+from ..log import write_failed
 from ..normalize import RunningMeanStd
 from .base import Role, reconnect, recv
 
@@ -275,7 +276,10 @@ class EvaluatorRole(Role):
                 self.rms.to_arrays() if self.rms is not None else None,
                 env_steps=msg.env_steps, version=msg.version, eval_return_mean=mean)
             path = Path(self.ctx.run_dir) / "checkpoints" / "best.pt"
-            await asyncio.to_thread(save_atomic, state, path)
+            try:
+                await asyncio.to_thread(save_atomic, state, path)
+            except OSError as e:
+                write_failed(self.log, "best_model_failed", path, e, "keeping the last best.pt")
 
     def metrics(self) -> dict[str, float]:
         out = {"evaluator/evaluations": self.evaluations}

@@ -21,6 +21,7 @@ import zmq
 from .. import wire
 from ..batch import job_layout
 from ..envs import env_spec
+from ..log import write_failed
 from ..replay import snapshot
 from ..replay.stores import make_store
 from .base import Role, recv, send
@@ -148,7 +149,12 @@ class ReplayRole(Role):
     async def _snapshot(self) -> None:
         t0 = time.monotonic()
         state = self.store.state()  # copies, taken between two messages: consistent
-        path = await asyncio.to_thread(snapshot.write, self.snapshot_dir, state)
+        try:
+            path = await asyncio.to_thread(snapshot.write, self.snapshot_dir, state)
+        except OSError as e:
+            write_failed(self.log, "replay_snapshot_failed", self.snapshot_dir / snapshot.FILE,
+                         e, "keeping the last snapshot")
+            return
         self.log.info("replay_snapshot", path=str(path), size=self.store.size,
                       bytes=path.stat().st_size, seconds=round(time.monotonic() - t0, 3))
 

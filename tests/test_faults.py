@@ -1,0 +1,76 @@
+"""A full disk under a running job: every role keeps going without its log, no
+checkpoint is half-written, the error is said on stderr with its path, and a
+SIGTERM still stops the launcher within its grace period (its own log being
+unwritable), with the summary on stdout where summary.json cannot be written."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from tests.conftest import CONFIGS, kill_tree, start_job, wait_for
+from verl_zmq.config import load_job
+
+
+@contextlib.contextmanager
+def small_disk(path, size: str = "4m"):
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"a small tmpfs cannot be mounted here ({r.stderr.strip() or r.returncode}): "
+                    f"this test needs root, as CI has")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill(path) -> int:
+    """Write until the filesystem is full; the bytes written."""
+    n = 0
+    with open(path / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+                n += 65536
+        except OSError:
+            pass
+    return n
+
+
+@pytest.mark.timeout(300)
+def test_a_full_disk_is_said_and_sigterm_still_stops_the_launcher(tmp_path):
+    L = load_job(CONFIGS / "cartpole_ppo.toml").launch
+    with small_disk(tmp_path / "disk") as disk:
+        run = disk / "run"
+        proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "training.total_timesteps=10000000",
+                         "checkpoint.interval_steps=2048", "checkpoint.min_free_mb=0",
+                         "evaluation.interval_steps=4096")
+        try:
+            wait_for(lambda: list((run / "checkpoints").glob("step_*.pt")), 180,
+                     what="a first checkpoint")
+            fill(disk)
+            time.sleep(2 * L.heartbeat_interval_s)  # the roles write on: into a full disk
+            assert proc.poll() is None  # nothing died of it
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=L.grace_s + 20)
+        finally:
+            kill_tree(proc)
+        assert proc.returncode == 130, err[-2000:]
+        said = [line for line in err.splitlines() if "ENOSPC" in line]
+        assert said and str(run) in said[0], err[-2000:]
+        summary = json.loads(out[out.index("{"):]) if not (run / "summary.json").exists() \
+            else json.loads((run / "summary.json").read_text())
+        assert summary["status"] == "interrupted"
+        for ckpt in (run / "checkpoints").glob("*.pt"):  # every one whole, none half-written
+            torch.load(ckpt, weights_only=True)
+        os.unlink(disk / "filler")

@@ -138,6 +138,23 @@ def thread_failed(tb_dir: Path):
     return hook
 
 
+def _prepare_run_folder(rd: Path, job_text: str, plan: Plan):
+    """The run folder with the job, the plan and the launcher's log open; a folder
+    that cannot be written (a full disk) is one line and exit 1, nothing started."""
+    try:
+        rd.mkdir(parents=True, exist_ok=True)
+        rd = rd.resolve()
+        clean_temporaries(rd)  # a summary a full disk cut short, last time
+        (rd / "job.toml").write_text(job_text)
+        plan.write(rd)
+        (rd / "logs").mkdir(exist_ok=True)
+        return rd, open(rd / "logs" / "launcher.jsonl", "a", buffering=1)  # noqa: SIM115
+    except OSError as e:
+        click.echo(f"error: cannot write the run folder {rd}: {e.strerror or e} "
+                   f"({errno_name(e)}); nothing was started", err=True)
+        sys.exit(EXIT_FAILED)
+
+
 def preflight_check(job, job_path: str) -> None:
     """What needs gymnasium to know (the env, whether the algorithm fits it,
     memory, demonstrations), in this process and torch-free: ~0.2 s before any
@@ -188,18 +205,7 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir, out_dir, app
             if why:
                 _bad(f"host {h.ssh_target} (hosts line {h.line}) is unreachable by SSH: {why}")
     job_text = dumps_job(job)
-    try:
-        rd.mkdir(parents=True, exist_ok=True)
-        rd = rd.resolve()
-        clean_temporaries(rd)  # a summary a full disk cut short, last time
-        (rd / "job.toml").write_text(job_text)
-        plan.write(rd)
-        (rd / "logs").mkdir(exist_ok=True)
-        stream = open(rd / "logs" / "launcher.jsonl", "a", buffering=1)  # noqa: SIM115
-    except OSError as e:
-        click.echo(f"error: cannot write the run folder {rd}: {e.strerror or e} "
-                   f"({errno_name(e)}); nothing was started", err=True)
-        sys.exit(EXIT_FAILED)
+    rd, stream = _prepare_run_folder(rd, job_text, plan)
     keys = None
     if curve_enabled(job.security.curve, [h.address for h in plan.hosts]):
         from verl_zmq.transport import CurveKeys

@@ -19,13 +19,15 @@ from verl_zmq.ops.runview import RunView
 
 from .affinity import cpu_specs
 from .plan import Placement, Plan
-from .remote import RoleProcess, full_argv, make_bundle
+from .remote import RoleProcess, check_reachable, full_argv, make_bundle
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_BACKOFF_S = 60.0  # restart delays double up to this
 SPARE_AFTER_S = 5.0  # a role's warm spare starts once the role has been up this long
 SPARES_LOST_MAX = 3  # spares of one member that died unused before we stop making them
 VITAL = ("registry", "learner")  # DAPO has no centre: only losing every peer fails it
+SSH_LOST = 255  # ssh's own exit code: the connection failed or broke
+MAX_PROBE_S = 30.0  # the longest wait between two probes of a lost host
 
 
 def fmt_return(x: float | None) -> str:
@@ -110,6 +112,7 @@ class Supervisor:
         self.stopping = False
         self.interrupts = 0
         self.failed: list[str] = []
+        self.lost: dict[str, set[str]] = {}  # host address -> members lost with it
         self.outcome = EXIT_DONE
         self.wake = asyncio.Event()
         self.t0 = time.time()
@@ -159,6 +162,11 @@ class Supervisor:
             tail = _last_lines(rp.err_path, 5)
             self.log.warning("role_died", member=p.member_id, member_role=p.role, exit_code=rc,
                              restarts=rp.restarts, last_error=tail)
+            host = self.plan.host_of(p)
+            if rc == SSH_LOST and host.by_ssh:  # the host went, not the role
+                if await self._host_lost(rp, host):
+                    continue  # it answers again: the role was restarted there
+                return
             delay = restart_delay(L, rp, rc, time.monotonic())
             if delay is not None:
                 await asyncio.sleep(delay)
@@ -180,6 +188,52 @@ class Supervisor:
                 self.stopping = True
                 self.wake.set()
             return
+
+    async def _host_lost(self, rp: RoleProcess, host) -> bool:
+        """A role's SSH session ended with ssh's own failure: if its host does not
+        answer, a vital role (the registry, the learner) fails the job with a line
+        naming the host; any other waits, probing the host with backoff, and is
+        restarted there when it answers (True). The lost roles are in the summary."""
+        p = rp.placement
+        why = await check_reachable(self.job, host, timeout_s=5.0)
+        if not why:
+            return await self._restart_on(rp, host)  # a broken session, not a lost host
+        self.lost.setdefault(host.address, set()).add(p.member_id)
+        self.log.error("host_lost", host=host.address, member=p.member_id, member_role=p.role,
+                       error=why)
+        vital = p.role in VITAL and not self.job.traits.decentralised
+        if vital:
+            self.failed.append(p.member_id)
+            with contextlib.suppress(OSError, ValueError):
+                self.console.write(f"\nerror: host {host.ssh_target} (hosts line {host.line}) "
+                                   f"is unreachable ({why}): its {p.role} {p.member_id} is "
+                                   f"lost, the job fails\n")
+            self.outcome = EXIT_FAILED
+            self.stopping = True
+            self.wake.set()
+            return False
+        wait = 1.0
+        while not self.stopping:
+            await asyncio.sleep(wait)
+            if self.stopping:
+                return False
+            why = await check_reachable(self.job, host, timeout_s=5.0)
+            if not why:
+                self.log.info("host_back", host=host.address, member=p.member_id)
+                return await self._restart_on(rp, host)
+            wait = min(wait * 2, MAX_PROBE_S)
+        return False
+
+    async def _restart_on(self, rp: RoleProcess, host) -> bool:
+        if self.stopping:
+            return False
+        rp.drop_spare()  # a spare on a host that was gone is no spare
+        rp.restarts += 1
+        await rp.start()
+        self.log.info("role_restarted", member=rp.placement.member_id,
+                      member_role=rp.placement.role, restarts=rp.restarts, after_s=0.0,
+                      pid=rp.proc.pid, warm=False, host=host.address)
+        return True
 
     async def _spares_loop(self) -> None:
         """Keep a warm spare beside every role of `launch.standby` once the role has
@@ -309,6 +363,7 @@ class Supervisor:
             "restarts": {rp.placement.member_id: rp.restarts for rp in self.procs
                          if rp.restarts},
             "fragments_dropped": v.dropped,
+            "lost_hosts": {h: sorted(m) for h, m in self.lost.items()},
             "failed_roles": {m: _last_lines(self.logs / f"{m}.err", 5) for m in self.failed},
         }
 

@@ -3,6 +3,10 @@
 each reported as: what happened, the time to detect, the time to recover (or to
 stop), and whether the job ended as it should.
 
+- `host-loss`: samplers on a second host whose roles are all killed and which
+  stops answering for 5 s (see `host_loss`): the job goes on, probes the host
+  with backoff, restarts its samplers when it answers, reaches its target, and
+  names the lost host in its summary.
 - `disk-full`: the run folder on a small tmpfs (needs root to mount); once the
   learner has written a checkpoint, another process fills the disk. The job must
   keep going (roles lose their logs, checkpoints are skipped, none half-written),
@@ -26,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tools._jobs import start  # noqa: E402
+from tools._jobs import events, start  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "configs" / "cartpole_ppo.toml"
@@ -97,7 +101,57 @@ def _loads(path: Path) -> bool:
         return False
 
 
-SCENARIOS = {"disk-full": disk_full}
+def host_loss(tmp: Path) -> dict:
+    """Samplers on a second host (a loopback address reached through
+    tools/fake_ssh.py, which fails as ssh does while the host is marked down):
+    the host is lost with its roles, comes back 5 s later."""
+    import os
+
+    bin_dir, down = tmp / "bin", tmp / "down"
+    bin_dir.mkdir()
+    down.mkdir()
+    (bin_dir / "ssh").symlink_to(ROOT / "tools" / "fake_ssh.py")
+    os.environ["PATH"] = f"{bin_dir}:{os.environ['PATH']}"
+    os.environ["FAKE_SSH_DOWN"] = str(down)
+    hosts = tmp / "hosts.txt"
+    hosts.write_text("127.0.0.2 roles=registry,learner,replay,evaluator,sampler\n"
+                     "127.0.0.3 roles=sampler\n")
+    run = tmp / "hostloss"
+    p = start(JOB, run, [f'launch.python="{sys.executable}"', f'launch.workdir="{ROOT}"',
+                         "evaluation.stop_at_return=475"], hosts=str(hosts), capture=True)
+    log = run / "logs" / "launcher.jsonl"
+
+    def first(event: str):
+        got = [e["ts"] for e in events(log) if e.get("event") == event]
+        return got[0] if got else None
+
+    _wait(lambda: any(e.get("event") == "metrics" and e.get("learner/env_steps", 0) > 0
+                      for e in events(run / "logs" / "learner-0.jsonl")), 180)
+    (down / "127.0.0.3").touch()
+    t_lost = time.time()
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True)
+    for line in ps.stdout.splitlines():
+        if "--bind 127.0.0.3" in line and line.split()[1:3] == [sys.executable, "-m"]:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    _wait(lambda: first("host_lost"), 60)
+    time.sleep(5)
+    (down / "127.0.0.3").unlink()
+    t_heal = time.time()
+    _wait(lambda: first("host_back"), 120)
+    out, err = p.communicate(timeout=600)
+    summary = json.loads((run / "summary.json").read_text())
+    lost, back = first("host_lost"), first("host_back")
+    return {"scenario": "host-loss", "ran": True,
+            "happened": "every role on 127.0.0.3 killed and the host unreachable for 5 s",
+            "detect_s": round(lost - t_lost, 2) if lost else None,
+            "recover_s": round(back - t_heal, 2) if back else None,
+            "exit_code": p.returncode, "lost_hosts": summary.get("lost_hosts"),
+            "best_eval_return": summary.get("best_eval_return"),
+            "ended_as_it_should": bool(p.returncode == 0 and summary.get("lost_hosts")
+                                       and (summary.get("best_eval_return") or 0) >= 475)}
+
+
+SCENARIOS = {"disk-full": disk_full, "host-loss": host_loss}
 
 
 def main() -> None:

@@ -1,0 +1,104 @@
+"""A host lost with every role on it. Hosts are loopback addresses reached through
+a fake `ssh` (tools/fake_ssh.py) that runs commands here and fails as ssh does
+(exit 255) while the host is marked down: samplers on a lost host are waited
+for and restarted when it answers again, the job goes on; a lost registry host
+fails the job with a line naming it, without hanging."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import CONFIGS, PY, ROOT, free_port_range, kill_tree, read_events, wait_for
+
+SAMPLERS_AWAY = ("127.0.0.2 roles=registry,learner,replay,evaluator,sampler\n"
+                 "127.0.0.3 roles=sampler\n")
+REGISTRY_AWAY = "127.0.0.2 roles=registry\n127.0.0.3\n"
+
+
+def _start(tmp_path, monkeypatch, hosts: str, *sets: str):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").symlink_to(ROOT / "tools" / "fake_ssh.py")
+    down = tmp_path / "down"
+    down.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SSH_DOWN", str(down))
+    (tmp_path / "hosts.txt").write_text(hosts)
+    run = tmp_path / "run"
+    lo, hi = free_port_range()
+    argv = [PY, "-m", "launcher.cli", str(tmp_path / "hosts.txt"),
+            str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(run),
+            "--set", f"launch.port_range=[{lo}, {hi}]", "--set", f'launch.python="{PY}"',
+            "--set", f'launch.workdir="{ROOT}"']
+    for s in sets:
+        argv += ["--set", s]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    return proc, run, down
+
+
+def _lose(down, address: str) -> list[int]:
+    """Mark the host down and kill every role on it at once."""
+    (down / address).touch()
+    r = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True)
+    pids = [int(line.split()[0]) for line in r.stdout.splitlines()  # the roles, not our ssh
+            if f"--bind {address}" in line and line.split()[1:3] == [PY, "-m"]]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def _training(run) -> bool:
+    return any(e.get("event") == "metrics" and e.get("learner/env_steps", 0) > 0
+               for e in read_events(run / "logs" / "learner-0.jsonl"))
+
+
+def _launcher_events(run, event: str) -> list[dict]:
+    return [e for e in read_events(run / "logs" / "launcher.jsonl") if e.get("event") == event]
+
+
+@pytest.mark.timeout(600)
+def test_samplers_of_a_lost_host_come_back_when_it_answers(tmp_path, monkeypatch):
+    proc, run, down = _start(tmp_path, monkeypatch, SAMPLERS_AWAY,
+                             "training.total_timesteps=50000")
+    try:
+        wait_for(lambda: _training(run), 180, what="the job training")
+        assert _lose(down, "127.0.0.3")
+        wait_for(lambda: _launcher_events(run, "host_lost"), 60, what="the loss noticed")
+        time.sleep(2)
+        assert proc.poll() is None  # the job goes on with the other host's samplers
+        (down / "127.0.0.3").unlink()  # the host answers again
+        wait_for(lambda: _launcher_events(run, "host_back"), 120, what="the host probed back")
+        out, err = proc.communicate(timeout=400)
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 0, err[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "done"
+    lost = summary["lost_hosts"]["127.0.0.3"]
+    assert lost and all(m.startswith("sampler-") for m in lost)
+    back = {e["member"] for e in _launcher_events(run, "role_restarted")
+            if e.get("host") == "127.0.0.3"}
+    assert set(lost) <= back
+
+
+@pytest.mark.timeout(300)
+def test_a_lost_registry_host_fails_the_job_naming_it(tmp_path, monkeypatch):
+    proc, run, down = _start(tmp_path, monkeypatch, REGISTRY_AWAY,
+                             "training.total_timesteps=10000000")
+    try:
+        wait_for(lambda: _training(run), 180, what="the job training")
+        assert _lose(down, "127.0.0.2")
+        out, err = proc.communicate(timeout=120)  # it must not hang
+    finally:
+        kill_tree(proc)
+    assert proc.returncode == 1
+    assert "host 127.0.0.2" in err and "registry" in err, err[-2000:]
+    assert json.loads((run / "summary.json").read_text())["lost_hosts"] == {
+        "127.0.0.2": ["registry"]}

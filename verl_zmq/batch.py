@@ -94,7 +94,10 @@ class Layout:
             out_of_range = act.size and (act.min() < 0 or act.max() >= self.spec.n_actions)
             if act.dtype.kind not in "iu" or out_of_range:
                 return "actions out of the discrete range"
-        for k in ("obs", "reward", *self.extras):
+        if a["obs"].dtype != np.uint8 and (a["obs"].dtype.kind != "f"
+                                           or not np.isfinite(a["obs"]).all()):
+            return "obs is not finite floats or uint8 images"
+        for k in ("reward", *self.extras):
             if a[k].dtype.kind != "f" or not np.isfinite(a[k]).all():
                 return f"{k} is not finite floats"
         return ""

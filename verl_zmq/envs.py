@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
-from . import seq  # noqa: F401  (registers the sequence tasks' env ids)
+from . import pixels, seq  # noqa: F401  (register their env ids)
 from .config import Environment
 from .envguard import GuardedVectorEnv
 from .importing import load_object

@@ -72,12 +72,17 @@ class ActorCritic(nn.Module):
 
 
 def actor_critic(spec: EnvSpec, policy: Policy) -> nn.Module:
-    """The policy-gradient network for `policy.kind`: MLPs, or a causal transformer
-    over token observations (`seq/model.py`)."""
+    """The policy-gradient network for `policy.kind` and `policy.encoder`: MLPs, a
+    causal transformer over token observations (`seq/model.py`), or a
+    convolutional encoder over images (`pixels/cnn.py`)."""
     if policy.kind == "transformer":
         from .seq.model import TokenActorCritic
 
         return TokenActorCritic(spec, policy)
+    if policy.encoder != "mlp":
+        from .pixels.cnn import PixelActorCritic
+
+        return PixelActorCritic(spec, policy)
     return ActorCritic(spec, policy)
 
 

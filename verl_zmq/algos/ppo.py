@@ -108,14 +108,15 @@ class PPO(Algorithm):
         """The current network's log pi(a_t|x_t), V(x_t) and V(bootstrap obs)."""
         T, N = batch["reward"].shape
         with torch.no_grad():
-            obs = torch.as_tensor(np.asarray(batch["obs"]).reshape(T * N, -1),
+            obs = np.asarray(batch["obs"])
+            obs = torch.as_tensor(obs.reshape(T * N, *obs.shape[2:]),
                                   dtype=torch.float32, device=self.device)
             act = torch.as_tensor(np.asarray(batch["action"]).reshape(T * N, *np.shape(
                 batch["action"])[2:]), device=self.device)
             logp = self.net.log_prob(self.net.dist(obs), act).reshape(T, N)
             value = self.net.value(obs).reshape(T, N)
             boot = self.net.value(torch.as_tensor(
-                np.asarray(batch[bootstrap("obs")]).reshape(N, -1), dtype=torch.float32,
+                np.asarray(batch[bootstrap("obs")]), dtype=torch.float32,
                 device=self.device))
         return logp.cpu().numpy(), value.cpu().numpy(), boot.cpu().numpy()
 
@@ -141,7 +142,8 @@ class PPO(Algorithm):
         mask = np.asarray(batch["valid"], bool).reshape(-1)
         out = np.zeros(T * N, np.float32)
         if mask.any():
-            obs = np.asarray(batch["obs"]).reshape(T * N, -1)[mask]
+            obs = np.asarray(batch["obs"])
+            obs = obs.reshape(T * N, *obs.shape[2:])[mask]
             act = np.asarray(batch["action"]).reshape(T * N, *np.shape(batch["action"])[2:])
             with torch.no_grad():
                 o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)

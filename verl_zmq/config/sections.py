@@ -79,6 +79,8 @@ class Policy:
     # "mlp" for vector observations; "transformer": a causal transformer over token
     # observations (sequence tasks), its value head on the same trunk when shared_trunk
     kind: Literal["mlp", "transformer"] = "mlp"
+    # image observations: a convolutional encoder before the heads (pixels/cnn.py)
+    encoder: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
     activation: Literal["tanh", "relu"] = "tanh"
     shared_trunk: bool = False
@@ -283,7 +285,8 @@ class Job:
         from ..algos.traits import traits
 
         t = traits(self.algorithm.name)
-        if self.algorithm.policy.kind != "mlp":  # no numpy forward pass for it
+        pol = self.algorithm.policy
+        if pol.kind != "mlp" or pol.encoder != "mlp":  # no numpy forward pass for it
             t = dataclasses.replace(t, numpy_actor="")
         return t
 

@@ -37,6 +37,9 @@ class Collector:
         self.E = venv.num_envs
         self.norm = job.environment.normalize_obs
         self.rms = RunningMeanStd(algo.spec.obs_shape)
+        space = getattr(venv, "single_observation_space", None)
+        pixels = space is not None and space.dtype == np.uint8 and not self.norm
+        self.obs_dtype = np.uint8 if pixels else np.float32
         raw, _ = venv.reset(seed=seeds if len(seeds) > 1 else seeds[0])
         self.raw_obs = raw
         self.prev_done = np.zeros(self.E, bool)
@@ -51,8 +54,11 @@ class Collector:
         self.rejected_params = 0
 
     def _obs(self, raw: np.ndarray) -> np.ndarray:
-        return self.rms.normalize(raw, self.job.environment.clip_obs) if self.norm \
-            else raw.astype(np.float32, copy=False)
+        """What the policy sees and the fragment holds: normalised floats, float32, or
+        uint8 images as they are (they become float on the network's device)."""
+        if self.norm:
+            return self.rms.normalize(raw, self.job.environment.clip_obs)
+        return raw.astype(self.obs_dtype, copy=False)
 
     def swap(self) -> None:
         """Load params that arrived, if they are new (or the first)."""
@@ -110,7 +116,7 @@ class Collector:
         # exploration schedules read it; fixed for the fragment
         self.job_steps = self.steps * E * self.job.sampling.num_workers
         shape = self.algo.spec.obs_shape
-        obs = np.empty((T, E, *shape), np.float32)
+        obs = np.empty((T, E, *shape), self.obs_dtype)
         raw_all = np.empty((T, E, *shape), np.float32) if self.norm else None
         cols = {k: np.empty((T, E), np.float32) for k in ("reward", *self.algo.extras)}
         term = np.empty((T, E), bool)

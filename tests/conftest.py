@@ -82,16 +82,18 @@ def job_processes(marker: str) -> list[str]:
             if marker in line and "ps -eo" not in line and "-m pytest" not in line]
 
 
+def learner_training(run: Path) -> bool:
+    """Whether learner-0 of the run has reported env steps (it has trained)."""
+    return any(e.get("event") == "metrics" and e.get("learner/env_steps", 0) > 0
+               for e in read_events(run / "logs" / "learner-0.jsonl"))
+
+
 def kill_launcher_once_training(proc: subprocess.Popen, run: Path, wait_s: float,
                                 stop_s: float) -> None:
     """Once the learner trains, SIGKILL the launcher alone (not its children); then
     every process of the job must be gone within `stop_s` (its roles see their
     stdin close)."""
-    def training():
-        return any(e.get("event") == "metrics" and e.get("learner/env_steps", 0) > 0
-                   for e in read_events(run / "logs" / "learner-0.jsonl"))
-
-    wait_for(training, wait_s, what="the job training")
+    wait_for(lambda: learner_training(run), wait_s, what="the job training")
     assert job_processes(str(run))
     proc.send_signal(signal.SIGKILL)
     wait_for(lambda: not job_processes(str(run)), stop_s,

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 
 import pytest
 
-from tests.conftest import CONFIGS, PY, ROOT, free_port_range, kill_tree, read_events, wait_for
+from tests.conftest import (
+    CONFIGS,
+    PY,
+    ROOT,
+    free_port_range,
+    kill_tree,
+    learner_training,
+    read_events,
+    wait_for,
+)
+from tools.fake_ssh import lose_host
 
 SAMPLERS_AWAY = ("127.0.0.2 roles=registry,learner,replay,evaluator,sampler\n"
                  "127.0.0.3 roles=sampler\n")
@@ -43,22 +52,6 @@ def _start(tmp_path, monkeypatch, hosts: str, *sets: str):
     return proc, run, down
 
 
-def _lose(down, address: str) -> list[int]:
-    """Mark the host down and kill every role on it at once."""
-    (down / address).touch()
-    r = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True)
-    pids = [int(line.split()[0]) for line in r.stdout.splitlines()  # the roles, not our ssh
-            if f"--bind {address}" in line and line.split()[1:3] == [PY, "-m"]]
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
-    return pids
-
-
-def _training(run) -> bool:
-    return any(e.get("event") == "metrics" and e.get("learner/env_steps", 0) > 0
-               for e in read_events(run / "logs" / "learner-0.jsonl"))
-
-
 def _launcher_events(run, event: str) -> list[dict]:
     return [e for e in read_events(run / "logs" / "launcher.jsonl") if e.get("event") == event]
 
@@ -68,8 +61,8 @@ def test_samplers_of_a_lost_host_come_back_when_it_answers(tmp_path, monkeypatch
     proc, run, down = _start(tmp_path, monkeypatch, SAMPLERS_AWAY,
                              "training.total_timesteps=50000")
     try:
-        wait_for(lambda: _training(run), 180, what="the job training")
-        assert _lose(down, "127.0.0.3")
+        wait_for(lambda: learner_training(run), 180, what="the job training")
+        assert lose_host(down, "127.0.0.3")
         wait_for(lambda: _launcher_events(run, "host_lost"), 60, what="the loss noticed")
         time.sleep(2)
         assert proc.poll() is None  # the job goes on with the other host's samplers
@@ -93,8 +86,8 @@ def test_a_lost_registry_host_fails_the_job_naming_it(tmp_path, monkeypatch):
     proc, run, down = _start(tmp_path, monkeypatch, REGISTRY_AWAY,
                              "training.total_timesteps=10000000")
     try:
-        wait_for(lambda: _training(run), 180, what="the job training")
-        assert _lose(down, "127.0.0.2")
+        wait_for(lambda: learner_training(run), 180, what="the job training")
+        assert lose_host(down, "127.0.0.2")
         out, err = proc.communicate(timeout=120)  # it must not hang
     finally:
         kill_tree(proc)

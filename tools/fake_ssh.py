@@ -11,6 +11,20 @@ import subprocess
 import sys
 
 
+def lose_host(down_dir, address: str, python: str = sys.executable) -> list[int]:
+    """Make `address` a lost host: mark it down (this stand-in then fails as ssh does)
+    and SIGKILL every role running there (the `python -m verl_zmq.cli role ...`
+    processes bound on it, not the stand-ins that started them). Their pids."""
+    with open(os.path.join(str(down_dir), address), "w"):
+        pass
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True)
+    pids = [int(line.split()[0]) for line in ps.stdout.splitlines()
+            if f"--bind {address}" in line and line.split()[1:3] == [python, "-m"]]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    return pids
+
+
 def main() -> int:
     args = sys.argv[1:]
     while args and args[0].startswith("-"):  # -o KEY=VALUE, -p PORT: an option and its value

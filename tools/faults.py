@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools._jobs import events, start  # noqa: E402
+from tools.fake_ssh import lose_host  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "configs" / "cartpole_ppo.toml"
@@ -118,7 +119,8 @@ def host_loss(tmp: Path) -> dict:
                      "127.0.0.3 roles=sampler\n")
     run = tmp / "hostloss"
     p = start(JOB, run, [f'launch.python="{sys.executable}"', f'launch.workdir="{ROOT}"',
-                         "evaluation.stop_at_return=475"], hosts=str(hosts), capture=True)
+                         # no early stop: the target must not come before the loss does
+                         "training.total_timesteps=100000"], hosts=str(hosts), capture=True)
     log = run / "logs" / "launcher.jsonl"
 
     def first(event: str):
@@ -127,12 +129,8 @@ def host_loss(tmp: Path) -> dict:
 
     _wait(lambda: any(e.get("event") == "metrics" and e.get("learner/env_steps", 0) > 0
                       for e in events(run / "logs" / "learner-0.jsonl")), 180)
-    (down / "127.0.0.3").touch()
     t_lost = time.time()
-    ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True)
-    for line in ps.stdout.splitlines():
-        if "--bind 127.0.0.3" in line and line.split()[1:3] == [sys.executable, "-m"]:
-            os.kill(int(line.split()[0]), signal.SIGKILL)
+    lose_host(down, "127.0.0.3")
     _wait(lambda: first("host_lost"), 60)
     time.sleep(5)
     (down / "127.0.0.3").unlink()

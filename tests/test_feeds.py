@@ -390,3 +390,20 @@ async def test_a_drained_feed_takes_nothing_and_asks_for_nothing():
         await shard.drain_requests(settle=0.3)
         assert len(shard.requests) == 1 and not feed.pending and state.env_steps == 0
         feed.links.close_all()
+
+
+def test_ephemeral_binds_leave_the_reserved_registry_port_alone(ports):
+    """A member that binds before the registry (or while it restarts) must not take
+    the registry's port: every ephemeral bind skips it, and a full range says so."""
+    lo = ports[0]
+    zctx = zmq.asyncio.Context()
+    t = Transport(zctx, port_range=(lo, lo + 3), reserved=frozenset({lo}))
+    try:
+        taken = {int(t.bind(zmq.PULL, f"s{i}")[1].rsplit(":", 1)[1]) for i in range(3)}
+        assert taken == {lo + 1, lo + 2, lo + 3}
+        with pytest.raises(zmq.ZMQError, match="no free port"):
+            t.bind(zmq.PULL, "one-too-many")
+        t.bind(zmq.ROUTER, "registry", port=lo)  # asked for by number, it is there
+    finally:
+        t.close()
+        zctx.term()

@@ -105,7 +105,7 @@ def make_transport(ctx: zmq.asyncio.Context, job: Job, host: str, keys: CurveKey
 
     lo, hi = job.launch.port_range
     return Transport(ctx, host=host, port_range=(lo, hi), keys=keys, inproc=inproc,
-                     on_denied=denied)
+                     on_denied=denied, reserved=frozenset({job.registry_port}))
 
 
 def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir: Path,

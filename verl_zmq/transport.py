@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import random
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,10 +82,14 @@ class Transport:
 
     def __init__(self, ctx: zmq.asyncio.Context, host: str = "127.0.0.1",
                  port_range: tuple[int, int] = (29500, 29999), keys: CurveKeys | None = None,
-                 inproc: bool = False, on_denied: Callable[[str], None] | None = None):
+                 inproc: bool = False, on_denied: Callable[[str], None] | None = None,
+                 reserved: frozenset[int] = frozenset()):
         self.ctx = ctx
         self.host = host
         self.port_range = port_range
+        # ports of the range that ephemeral binds leave alone: the registry's, which
+        # a member starting first (or while the registry restarts) would otherwise take
+        self.reserved = reserved
         self.keys = None if inproc else keys
         self.inproc = inproc
         self.on_denied = on_denied
@@ -137,10 +142,20 @@ class Transport:
         if port:
             s.bind(f"tcp://{host}:{port}")
         else:
-            lo, hi = self.port_range
-            port = s.bind_to_random_port(f"tcp://{host}", min_port=lo, max_port=hi + 1,
-                                         max_tries=200)
+            port = self._bind_random(s, host)
         return s, f"tcp://{self.host}:{port}"
+
+    def _bind_random(self, s: zmq.asyncio.Socket, host: str) -> int:
+        lo, hi = self.port_range
+        ports = [p for p in range(lo, hi + 1) if p not in self.reserved]
+        for port in random.sample(ports, min(len(ports), 200)):
+            try:
+                s.bind(f"tcp://{host}:{port}")
+                return port
+            except zmq.ZMQError as e:
+                if e.errno != zmq.EADDRINUSE:
+                    raise
+        raise zmq.ZMQError(zmq.EADDRINUSE, f"no free port in launch.port_range [{lo}, {hi}]")
 
     def connect(self, kind: int, endpoint: str | None = None,
                 hwm: int = DEFAULT_HWM) -> zmq.asyncio.Socket:

@@ -33,11 +33,12 @@ import torch.distributed as dist
 from ..nets import flat_grad, set_flat_grad
 
 
-def free_port(host: str, lo: int, hi: int) -> int:
+def free_port(host: str, lo: int, hi: int, reserved: frozenset[int] = frozenset()) -> int:
     """A port of [lo, hi] that nothing listens on now (the store binds it next); tried
     in random order, as the job's sockets take theirs."""
     bind = "" if host in ("*", "0.0.0.0") else host
-    for port in random.sample(range(lo, hi + 1), hi + 1 - lo):
+    ports = [p for p in range(lo, hi + 1) if p not in reserved]
+    for port in random.sample(ports, len(ports)):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
@@ -73,9 +74,20 @@ class LearnerGroup:
         dist.init_process_group(self.backend, init_method=endpoint, rank=self.rank,
                                 world_size=self.world, timeout=self.timeout)
 
-    def leave(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    def leave(self, barrier_s: float = 30.0) -> None:
+        """Leave together: a bounded barrier first, so that rank 0 (which holds the
+        rendezvous store) does not tear it down under a rank still finishing its last
+        collective, which makes gloo abort that rank."""
+        if not dist.is_initialized():
+            return
+        try:
+            if self.backend == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=barrier_s))
+            else:
+                dist.barrier()
+        except RuntimeError:
+            pass  # a rank already gone: nothing left to wait for
+        dist.destroy_process_group()
 
     # -- state ------------------------------------------------------------------
 

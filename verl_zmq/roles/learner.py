@@ -66,7 +66,7 @@ class LearnerRole(Role):
             self.endpoints["params"] = pub_ep
         if self.group is not None and self.primary:
             t = self.ctx.transport
-            port = free_port(t.host, *self.job.launch.port_range)
+            port = free_port(t.host, *self.job.launch.port_range, t.reserved)
             self.endpoints["dist"] = f"tcp://{t.host}:{port}"
         self.feed = make_feed(self.trainer, {
             "transport": self.ctx.transport, "log": self.log, "stats": self.wire_stats,

@@ -75,6 +75,13 @@ class Layout:
         out.update({bootstrap(k): (E,) for k in self.extras})
         return out
 
+    def queue_bytes(self, E: int) -> int:
+        """Kernel buffer for a fragment link: about two fragments of E envs (4 bytes
+        an element, at least 2 KiB), so that what waits between a sampler and its
+        shard is a few fragments, not seconds of experience from old policies."""
+        elements = sum(int(np.prod(s)) for s in self.shapes(E).values())
+        return max(2048, 2 * 4 * elements)
+
     def problem(self, a: dict[str, np.ndarray], values: bool = True) -> str:
         """Does a fragment fit this job's env and algorithm? Empty when it does.
         `values=False` checks names and shapes only (what a learner re-checks of a

@@ -113,11 +113,19 @@ class Transport:
             self.on_denied(client_key.decode("ascii", "replace"))
         return ok
 
-    def socket(self, kind: int, hwm: int = DEFAULT_HWM, server: bool = False) -> zmq.asyncio.Socket:
+    def socket(self, kind: int, hwm: int = DEFAULT_HWM, server: bool = False,
+               kernel_buffer: int = 0) -> zmq.asyncio.Socket:
+        """`kernel_buffer` (bytes, 0: the OS's autotuned default) bounds what the
+        kernel holds per TCP connection: the high-water mark counts messages, and
+        an autotuned buffer of megabytes holds thousands of small ones, a queue of
+        stale experience that backpressure never sees."""
         s = self.ctx.socket(kind)
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.SNDHWM, hwm)
         s.setsockopt(zmq.RCVHWM, hwm)
+        if kernel_buffer:
+            s.setsockopt(zmq.SNDBUF, kernel_buffer)
+            s.setsockopt(zmq.RCVBUF, kernel_buffer)
         if self.keys is not None:
             if server:
                 s.curve_server = True
@@ -131,9 +139,9 @@ class Transport:
         return s
 
     def bind(self, kind: int, name: str, port: int | None = None,
-             hwm: int = DEFAULT_HWM) -> tuple[zmq.asyncio.Socket, str]:
+             hwm: int = DEFAULT_HWM, kernel_buffer: int = 0) -> tuple[zmq.asyncio.Socket, str]:
         """A bound socket and its endpoint: a fixed port, or an ephemeral one in range."""
-        s = self.socket(kind, hwm=hwm, server=True)
+        s = self.socket(kind, hwm=hwm, server=True, kernel_buffer=kernel_buffer)
         if self.inproc:
             ep = f"inproc://{name}-{next(_inproc_ids)}"
             s.bind(ep)
@@ -158,8 +166,8 @@ class Transport:
         raise zmq.ZMQError(zmq.EADDRINUSE, f"no free port in launch.port_range [{lo}, {hi}]")
 
     def connect(self, kind: int, endpoint: str | None = None,
-                hwm: int = DEFAULT_HWM) -> zmq.asyncio.Socket:
-        s = self.socket(kind, hwm=hwm)
+                hwm: int = DEFAULT_HWM, kernel_buffer: int = 0) -> zmq.asyncio.Socket:
+        s = self.socket(kind, hwm=hwm, kernel_buffer=kernel_buffer)
         if endpoint:
             s.connect(endpoint)
         return s

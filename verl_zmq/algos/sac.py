@@ -84,8 +84,13 @@ class SAC(Algorithm):
         self.init_policy()
         self.critic = TwinQ(spec, pol).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.pi_opt = torch.optim.Adam(self.actor.parameters(), lr=p.learning_rate)
-        self.q_opt = torch.optim.Adam(self.critic.parameters(), lr=p.learning_rate)
+        self._target_params = list(self.critic_target.parameters())
+        self._critic_params = list(self.critic.parameters())
+        # foreach: one kernel per step for all tensors, not a Python loop over them
+        self.pi_opt = torch.optim.Adam(self.actor.parameters(), lr=p.learning_rate,
+                                       foreach=True)
+        self.q_opt = torch.optim.Adam(self.critic.parameters(), lr=p.learning_rate,
+                                      foreach=True)
         self.log_alpha = torch.tensor(math.log(p.init_alpha), device=self.device,
                                       requires_grad=True)
         self.a_opt = torch.optim.Adam([self.log_alpha], lr=p.learning_rate)
@@ -127,7 +132,10 @@ class SAC(Algorithm):
         q_loss.backward()
         self.q_opt.step()
         a, logp = self.actor(t["obs"])
+        # the actor's loss needs gradients through Q to the action, not for Q's weights
+        self.critic.requires_grad_(False)
         q1p, q2p = self.critic(t["obs"], a)
+        self.critic.requires_grad_(True)
         pi_loss = (alpha * logp - torch.min(q1p, q2p)).mean()
         out = {}
         bc = self.bc_batch(at.env_steps)
@@ -147,8 +155,7 @@ class SAC(Algorithm):
         a_loss.backward()
         self.a_opt.step()
         with torch.no_grad():
-            for tp, sp in zip(self.critic_target.parameters(), self.critic.parameters()):
-                tp.lerp_(sp, p.tau)
+            torch._foreach_lerp_(self._target_params, self._critic_params, p.tau)
         self.updates += 1
         prio = (0.5 * ((q1 - y).abs() + (q2 - y).abs())).detach().cpu().numpy()
         return Learned({"losses/q_loss": float(q_loss.detach()),

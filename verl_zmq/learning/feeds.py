@@ -17,7 +17,8 @@ def make_feed(trainer: Trainer, links_args: dict) -> FragmentFeed | SampledFeed:
     cfg = FeedConfig(batch_size=p.batch_size, prefetch=T.prefetch,
                      fragment_steps=job.fragment_steps, max_lag=T.max_policy_lag,
                      max_fills=getattr(p, "max_fill_batches", 1),
-                     fill_timeout_s=L.heartbeat_interval_s * L.heartbeat_liveness)
+                     fill_timeout_s=L.heartbeat_interval_s * L.heartbeat_liveness,
+                     priorities=job.replay.mode == "prioritized")
     if job.traits.on_policy:
         return FragmentFeed(links_args, trainer.state, job_layout(job, trainer.spec), cfg,
                             keep=trainer.algo.fragment_filter(), observe=trainer.observe)

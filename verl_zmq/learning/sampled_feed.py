@@ -4,7 +4,7 @@ Each shard link keeps `prefetch` batch requests outstanding; the next request
 goes to a shard chosen in proportion to the shards' sizes (a shard left with
 none gets one first), so the learner samples the whole replay evenly. After an
 update the batch's new priorities go back to the shard it came from, if that
-shard is still the one connected. Env steps are the sum of what each shard
+shard is prioritised and still the one connected. Env steps are the sum of what each shard
 reports, per shard member (a restarted shard replaces its count), never going
 backwards.
 """
@@ -89,7 +89,8 @@ class SampledFeed:
 
     async def done(self, learned) -> None:
         """Priorities to the batch's shard (if still connected), then the next request."""
-        if self.current is not None and learned is not None and learned.priorities is not None:
+        if self.current is not None and learned is not None and learned.priorities is not None \
+                and self.cfg.priorities:  # a uniform shard has no use for them
             link, a = self.current
             await self.links.send(link, wire.PriorityUpdate(arrays={
                 "index": np.asarray(a["index"]), "generation": np.asarray(a["generation"]),

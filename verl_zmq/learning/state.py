@@ -25,6 +25,7 @@ class FeedConfig:
     max_lag: int = 4  # on-policy: older fragments are dropped, counted
     max_fills: int = 1  # with a fragment filter: batches drawn at most per update
     fill_timeout_s: float = 5.0  # ... and how long to wait for each extra one
+    priorities: bool = True  # off-policy: send new priorities back (prioritised shards)
 
     @property
     def per_batch(self) -> int:

@@ -37,11 +37,12 @@ class ReplayRole(Role):
 
     async def setup(self) -> None:
         t = self.ctx.transport
-        self.pull, pull_ep = t.bind(zmq.PULL, "fragments", hwm=2)
+        self.layout = job_layout(self.job, env_spec(self.job.environment))
+        self.pull, pull_ep = t.bind(zmq.PULL, "fragments", hwm=2, kernel_buffer=self.layout
+                                    .queue_bytes(self.job.sampling.num_envs_per_worker))
         self.router, req_ep = t.bind(zmq.ROUTER, "requests", hwm=1000)
         self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.endpoints = {"fragments": pull_ep, "requests": req_ep}
-        self.layout = job_layout(self.job, env_spec(self.job.environment))
         self.credits: dict[bytes, int] = {}
         self.batch_size: dict[bytes, int] = {}
         self.space = asyncio.Event()

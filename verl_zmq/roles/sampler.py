@@ -18,7 +18,7 @@ import zmq
 
 from .. import wire
 from ..actors import make_actor
-from ..batch import bootstrap
+from ..batch import bootstrap, job_layout
 from ..envs import env_spec, make_vector_env
 from ..normalize import RunningMeanStd, moments
 from ..pacing import make_pacer
@@ -181,7 +181,8 @@ class SamplerRole(Role):
         self.log.info("sampler_seeds", torch_seed=torch_seed, numpy_seed=np_seed, env_seeds=seeds,
                       inference=type(self.algo).__name__)
         t = self.ctx.transport
-        self.push = t.connect(zmq.PUSH, hwm=2)
+        self.push = t.connect(zmq.PUSH, hwm=2, kernel_buffer=job_layout(self.job, spec)
+                              .queue_bytes(self.collector.E))
         self.sub = t.connect(zmq.SUB, hwm=4)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.shards: dict[str, str] = {}

@@ -407,3 +407,43 @@ def test_ephemeral_binds_leave_the_reserved_registry_port_alone(ports):
     finally:
         t.close()
         zctx.term()
+
+
+def test_a_shard_that_stops_reading_holds_a_few_fragments_not_thousands(ports):
+    """What waits between a sampler and a paused shard is bounded in bytes as well as
+    in messages: left to TCP's autotuning, loopback buffers held over a thousand
+    small fragments, experience that reached the learner long after its policy."""
+    from verl_zmq.batch import job_layout
+    from verl_zmq.envs import env_spec
+
+    job = load_job(CONFIGS / "cartpole_dqn.toml", [])
+    T, E = job.sampling.fragment_length, job.sampling.num_envs_per_worker
+    kbuf = job_layout(job, env_spec(job.environment)).queue_bytes(E)
+    frames = wire.encode(wire.Fragment(version=1, arrays=cartpole_fragment(T, E)))
+    size = sum(memoryview(f).nbytes for f in frames)
+    assert size <= kbuf  # the estimate covers a real fragment of the job
+
+    async def sent_until_full() -> int:
+        zctx = zmq.asyncio.Context()
+        t = Transport(zctx, port_range=tuple(ports))
+        try:
+            pull, ep = t.bind(zmq.PULL, "fragments", hwm=2, kernel_buffer=kbuf)
+            push = t.connect(zmq.PUSH, ep, hwm=2, kernel_buffer=kbuf)
+            n, stalls = 0, 0
+            while stalls < 5:  # the I/O thread drains into the kernel asynchronously
+                try:
+                    await push.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+                    n, stalls = n + 1, 0
+                except zmq.Again:
+                    stalls += 1
+                    await asyncio.sleep(0.1)
+                assert n < 1000, "the link kept taking fragments"
+            return n
+        finally:
+            t.close()
+            zctx.term()
+
+    n = asyncio.run(asyncio.wait_for(sent_until_full(), 30))
+    # two high-water marks of 2 and two kernel buffers of ~2 fragments (Linux doubles
+    # the size asked for): about a dozen (without the buffers: over a thousand)
+    assert 2 <= n <= 24, n

@@ -5,7 +5,8 @@
 episodes on separately seeded envs) whose mean is at or above the target.
 Wall seconds count from the launcher's first role start; "> budget" when the
 run never reaches the target. Also per run: the share of fragments the learners
-dropped for lag, and the share of their time the samplers waited for params.
+dropped for lag, the share of their time the samplers waited for params, and the
+largest mean Q of a sampled batch (DQN: above 1/(1-gamma) it overestimates).
 
     python tools/seeds.py [--job configs/cartpole_ppo.toml] [--target 475] [--seeds 0 1 2]
 """
@@ -44,6 +45,13 @@ def pipeline(run: Path) -> tuple[float | None, float | None]:
             100 * sum(waits) / len(waits) if waits else None)
 
 
+def max_q(run: Path) -> float | None:
+    """The largest mean Q of a sampled batch the learners logged (DQN), if any."""
+    qs = [e["losses/q_mean"] for p in (run / "logs").glob("learner-*.jsonl")
+          for e in events(p) if "losses/q_mean" in e]
+    return max(qs) if qs else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--job", default=str(ROOT / "configs" / "cartpole_ppo.toml"))
@@ -53,7 +61,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the run folders (printed)")
     args = ap.parse_args()
     print(f"{'seed':>4}{'steps to target':>17}{'wall s to target':>18}{'total wall s':>14}"
-          f"{'best eval':>11}{'dropped %':>11}{'param wait %':>14}{'exit':>6}")
+          f"{'best eval':>11}{'dropped %':>11}{'param wait %':>14}{'max Q':>8}{'exit':>6}")
+    reached = 0
     for seed in args.seeds:
         tmp = Path(tempfile.mkdtemp(prefix=f"seed{seed}-"))
         run = tmp / "run"
@@ -68,11 +77,14 @@ def main() -> None:
         secs = f"{ts - t0:.1f}" if ts is not None and t0 is not None else "> budget"
         best = summary.get("best_eval_return")
         best = f"{best:.1f}" if isinstance(best, float) else str(best)
-        drop, wait = (f"{x:.1f}" if x is not None else "-" for x in pipeline(run))
+        drop, wait, q = (f"{x:.1f}" if x is not None else "-"
+                         for x in (*pipeline(run), max_q(run)))
+        reached += steps is not None
         print(f"{seed:>4}{hit:>17}{secs:>18}{wall:>14.1f}{best:>11}{drop:>11}{wait:>14}"
-              f"{rc:>6}" + (f"  {run}" if args.keep else ""), flush=True)
+              f"{q:>8}{rc:>6}" + (f"  {run}" if args.keep else ""), flush=True)
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
+    print(f"reached {args.target:g}: {reached} of {len(args.seeds)} seeds")
 
 
 if __name__ == "__main__":

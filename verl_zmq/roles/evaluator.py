@@ -1,7 +1,8 @@
 """Evaluator: subscribes to params and, every `evaluation.interval_steps` env
 steps, runs `n_eval_episodes` deterministic episodes on its own separately
 seeded envs. Logs `eval/return_mean` and `eval/return_std`, writes `best.pt`
-from the params it just evaluated when they beat the best so far, and stops
+from the params it just evaluated when they beat the best so far (confirmed by a
+second evaluation on other episode seeds: `evaluation.confirm_best`), and stops
 the job when `stop_at_return` is reached or after evaluating the final params.
 """
 
@@ -27,6 +28,7 @@ from ..log import write_failed
 from ..normalize import RunningMeanStd
 from .base import Role, reconnect, recv
 
+CONFIRM_SEEDS = 500_009  # a best-model candidate's second evaluation: episode seeds apart
 HISTORY = 16  # returns of recent params, and versions of each peer, by fingerprint
 
 
@@ -112,6 +114,7 @@ class EvaluatorRole(Role):
         self.last: dict[str, float] = {}
         self.evaluations = 0
         self.results: dict[str, np.ndarray] = {}  # params fingerprint -> returns (newest)
+        self.checked: dict[str, float] = {}  # params fingerprint -> confirmed best return
         self.held: dict[str, tuple[str, wire.Params]] = {}  # trainer -> (fingerprint, params)
         self.credited: dict[str, int] = {}  # trainer -> the version last charted
         self.history: dict[str, dict[str, int]] = {}  # DAPO peer -> recent prints: version
@@ -229,19 +232,46 @@ class EvaluatorRole(Role):
         rets = self.results.get(fp) if fp else None
         if rets is not None:
             return rets
-        try:
-            self.algo.load_policy_arrays(msg.arrays)
-        except ValueError as e:
-            self.wire_stats.reject(msg.src, wire.WireError(f"params do not fit: {e}"))
+        if not self._load(msg):
             return None
-        if self.rms is not None:
-            self.rms.load_arrays(msg.arrays)
         rets = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
                                        E.n_eval_episodes, E.seed, E.deterministic,
                                        self.video_dir, f"eval-{msg.env_steps}")
         if fp:
             _put(self.results, fp, rets, HISTORY)
         return rets
+
+    def _load(self, msg: wire.Params) -> bool:
+        """Load these params (and observation statistics) to act; False, counted,
+        when they do not fit."""
+        try:
+            self.algo.load_policy_arrays(msg.arrays)
+        except ValueError as e:
+            self.wire_stats.reject(msg.src, wire.WireError(f"params do not fit: {e}"))
+            return False
+        if self.rms is not None:
+            self.rms.load_arrays(msg.arrays)
+        return True
+
+    async def _confirmed(self, msg: wire.Params, mean: float, fp: str) -> float:
+        """The return a best-model candidate is kept on: with `confirm_best`, the
+        mean of its evaluation and a second one on episode seeds of their own
+        (once per params: DAPO peers holding the same ones share it)."""
+        E = self.job.evaluation
+        if fp and fp in self.checked:
+            return self.checked[fp]
+        if not E.confirm_best or not self._load(msg):
+            return mean
+        again = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
+                                        E.n_eval_episodes, E.seed + CONFIRM_SEEDS,
+                                        E.deterministic)
+        both = 0.5 * (mean + float(again.mean()))
+        self.log.info("best_checked", env_steps=msg.env_steps, version=msg.version,
+                      member=msg.src, first=mean, second=float(again.mean()), mean=both,
+                      kept=both > self.best, previous_best=self.best)
+        if fp:
+            _put(self.checked, fp, both, HISTORY)
+        return both
 
     async def _credit(self, msg: wire.Params, rets: np.ndarray, fp: str, E) -> bool:
         """Log one trainer's evaluation; True when every trainer has reached the target."""
@@ -269,6 +299,8 @@ class EvaluatorRole(Role):
                       episodes=len(rets), final=msg.final, best=best, member=msg.src,
                       params=fp[:16], **self.last)
         if best:
+            mean = await self._confirmed(msg, mean, fp)
+        if best and mean > self.best:
             self.best = mean
             state = policy_state(
                 dumps_job(self.job), self.job.algorithm.name,

@@ -48,6 +48,14 @@ def _load_object(path: str, what: str):
 def resolve_id(env_id: str) -> str:
     """A registered id as is; `module:Class` registered once under `verl/Class-v0`."""
     if ":" not in env_id:
+        if env_id not in gym.registry and env_id.startswith("ALE/"):
+            try:
+                from .pixels.atari import register_ale
+
+                register_ale()
+            except ImportError:
+                raise EnvError(f"environment.id: {env_id!r} needs ale-py: pip install "
+                               f"'verl-zmq[atari]'") from None
         if env_id not in gym.registry:
             close = difflib.get_close_matches(env_id, list(gym.registry), n=5, cutoff=0.5)
             hint = f"; closest registered ids: {', '.join(close)}" if close else ""
@@ -80,9 +88,14 @@ class RewardFn(gym.Wrapper):
         return obs, r, term, trunc, info
 
 
-def make_env(cfg: Environment, render_mode: str | None = None) -> gym.Env:
+def make_env(cfg: Environment, render_mode: str | None = None,
+             training: bool = True) -> gym.Env:
+    """One env as the job describes it; `training=False` (the evaluator) plays whole
+    unclipped episodes where a preset would end them at a lost life or clip rewards."""
     env_id = resolve_id(cfg.id)
     kw = dict(cfg.kwargs)
+    if cfg.preset == "atari":
+        kw.setdefault("frameskip", 1)  # the preset skips frames itself, max-pooling
     if cfg.max_episode_steps:
         kw["max_episode_steps"] = cfg.max_episode_steps
     if render_mode:
@@ -97,7 +110,20 @@ def make_env(cfg: Environment, render_mode: str | None = None) -> gym.Env:
         raise EnvError(f"environment {cfg.id!r}: {e}") from None
     if cfg.reward_fn:
         env = RewardFn(env, _load_object(cfg.reward_fn, "environment.reward_fn"))
-    return env
+    return _image_wrappers(env, cfg, training)
+
+
+def _image_wrappers(env: gym.Env, cfg: Environment, training: bool) -> gym.Env:
+    from .pixels.atari import ATARI_STACK, StackFrames, atari
+
+    try:
+        if cfg.preset == "atari":
+            env = atari(env, training)
+        stack = cfg.frame_stack or (ATARI_STACK if cfg.preset == "atari" else 0)
+        return StackFrames(env, stack) if stack > 1 else env
+    except (ValueError, gym.error.Error) as e:
+        env.close()
+        raise EnvError(f"environment {cfg.id!r}: {e}") from None
 
 
 def env_seeds(job_seed: int, worker_index: int, num_envs: int) -> list[int]:
@@ -107,7 +133,8 @@ def env_seeds(job_seed: int, worker_index: int, num_envs: int) -> list[int]:
 
 
 def _native_ok(cfg: Environment, env_id: str) -> bool:
-    if cfg.vectorization == "sync" or cfg.reward_fn or cfg.max_episode_steps:
+    if cfg.vectorization == "sync" or cfg.reward_fn or cfg.max_episode_steps or cfg.preset \
+            or cfg.frame_stack:
         return False
     return gym.spec(env_id).vector_entry_point is not None
 

@@ -35,6 +35,10 @@ class Environment:
     record_video: str = ""  # evaluator: folder for videos of its first eval episode
     step_timeout_s: float = 0.0  # > 0: envs step in worker processes; a slower step is a hang
     max_env_failures: int = 10  # hangs or raises before a sampler gives up (exit 1)
+    # "atari": no-op reset, frame skip 4 (max-pooled), 84x84 grayscale, 4 frames
+    # stacked; for training only, life loss ends episodes and rewards are clipped
+    preset: Literal["", "atari"] = ""
+    frame_stack: int = 0  # stack the last N image frames on the channel axis; 0: off
 
 
 @dataclass(frozen=True)

@@ -54,10 +54,10 @@ def _eval_env(job, video_dir: str, prefix: str):
     if job.evaluation.env_kwargs:
         cfg = dataclasses.replace(cfg, kwargs={**cfg.kwargs, **job.evaluation.env_kwargs})
     if not video_dir:
-        return make_env(cfg)
+        return make_env(cfg, training=False)
     import gymnasium as gym
 
-    env = make_env(cfg, render_mode="rgb_array")
+    env = make_env(cfg, render_mode="rgb_array", training=False)
     return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda _: True,
                                     name_prefix=prefix, disable_logger=True)
 

@@ -9,11 +9,19 @@
 
     python tools/bench_throughput.py [--envs 8 32] [--seconds 20]
     python tools/bench_throughput.py --curve   # the pipeline with CURVE against without
+    python tools/bench_throughput.py --env atari   # Breakout, the Atari preset, Nature CNN
+
+With `--env atari` it also prints Atari frames per second (4 per env step: the
+preset skips frames) and per core: the bare loop runs on one core, the pipeline
+on all of this machine's (`os.cpu_count()`). Published per-core figures, measured
+on other machines: Sample Factory about 4.8k frames/s per core, EnvPool about
+4.2k.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -21,10 +29,12 @@ from pathlib import Path
 
 from _jobs import ROOT, events, launch
 
-JOB = ROOT / "configs" / "cartpole_ppo.toml"
+JOBS = {"cartpole": ROOT / "configs" / "cartpole_ppo.toml",
+        "atari": ROOT / "configs" / "breakout_ppo.toml"}
+FRAME_SKIP = {"cartpole": 1, "atari": 4}
 
 
-def bare_loop(envs: int, seconds: float, T: int) -> float:
+def bare_loop(job_path: Path, envs: int, seconds: float, T: int) -> float:
     import torch
 
     from verl_zmq.algos import make_algorithm
@@ -33,8 +43,8 @@ def bare_loop(envs: int, seconds: float, T: int) -> float:
     from verl_zmq.roles.sampler import Collector
 
     torch.set_num_threads(1)
-    job = load_job(JOB, [f"sampling.num_envs_per_worker={envs}", f"sampling.fragment_length={T}",
-                         f"replay.capacity={T * envs * 8}"])
+    job = load_job(job_path, [f"sampling.num_envs_per_worker={envs}",
+                              f"sampling.fragment_length={T}", f"replay.capacity={T * envs * 8}"])
     algo = make_algorithm(job, env_spec(job.environment))
     venv, seeds = make_vector_env(job.environment, envs, 0, 1)
     col = Collector(job, algo, venv, seeds)  # the sampler's own stepping code, without I/O
@@ -46,15 +56,15 @@ def bare_loop(envs: int, seconds: float, T: int) -> float:
     return steps / (time.perf_counter() - t0)
 
 
-def pipeline(envs: int, seconds: float, T: int, extra: list[str]) -> float:
+def pipeline(job_path: Path, envs: int, seconds: float, T: int, extra: list[str]) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
-        launch(JOB, run, ["sampling.num_workers=1", f"sampling.num_envs_per_worker={envs}",
-                          f"sampling.fragment_length={T}", "sampling.max_fragments_ahead=0",
-                          "sampling.lead_updates=0",
-                          "training.learn=false", "training.total_timesteps=1000000000",
-                          "launch.evaluators=0", "logging.interval_s=1.0",
-                          f"replay.capacity={T * envs * 8}", *extra],
+        launch(job_path, run, ["sampling.num_workers=1", f"sampling.num_envs_per_worker={envs}",
+                               f"sampling.fragment_length={T}", "sampling.max_fragments_ahead=0",
+                               "sampling.lead_updates=0",
+                               "training.learn=false", "training.total_timesteps=1000000000",
+                               "launch.evaluators=0", "logging.interval_s=1.0",
+                               f"replay.capacity={T * envs * 8}", *extra],
                timeout=seconds + 15)
         pts = [(e["ts"], e["learner/env_steps"]) for e in events(run / "logs" / "learner-0.jsonl")
                if e.get("event") == "metrics" and e.get("learner/env_steps", 0) > 0]
@@ -66,37 +76,50 @@ def pipeline(envs: int, seconds: float, T: int, extra: list[str]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--envs", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--env", choices=sorted(JOBS), default="cartpole")
+    ap.add_argument("--envs", type=int, nargs="+", default=None,
+                    help="envs per sampler (default: 8 32; atari: 8)")
     ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--fragment-length", type=int, default=128)
+    ap.add_argument("--fragment-length", type=int, default=None,
+                    help="default: 128; atari: 32")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--set", dest="extra", action="append", default=[],
                     help="extra job overrides for the pipeline, e.g. security.curve=true")
     ap.add_argument("--curve", action="store_true",
                     help="compare the pipeline with security.curve=true against without")
     args = ap.parse_args()
+    job = JOBS[args.env]
+    atari = args.env == "atari"
+    args.envs = args.envs or ([8] if atari else [8, 32])
+    args.fragment_length = args.fragment_length or (32 if atari else 128)
     if args.curve:
-        curve_cost(args)
+        curve_cost(job, args)
         return
-    print(f"{'envs':>5}{'bare steps/s':>15}{'pipeline steps/s':>18}{'ratio':>8}")
+    skip, cores = FRAME_SKIP[args.env], os.cpu_count() or 1
+    print(f"{'envs':>5}{'bare steps/s':>15}{'pipeline steps/s':>18}{'ratio':>8}"
+          + (f"{'bare frames/s/core':>20}{'pipeline frames/s/core':>24}" if atari else ""))
     for envs in args.envs:
         a, b = [], []
         for _ in range(args.repeats):  # interleaved: the machine is shared and noisy
-            a.append(bare_loop(envs, args.seconds / 2, args.fragment_length))
-            b.append(pipeline(envs, args.seconds, args.fragment_length, args.extra))
+            a.append(bare_loop(job, envs, args.seconds / 2, args.fragment_length))
+            b.append(pipeline(job, envs, args.seconds, args.fragment_length, args.extra))
         ma, mb = statistics.median(a), statistics.median(b)
-        print(f"{envs:>5}{ma:>15,.0f}{mb:>18,.0f}{mb / ma:>8.2f}", flush=True)
+        print(f"{envs:>5}{ma:>15,.0f}{mb:>18,.0f}{mb / ma:>8.2f}" + (
+            f"{ma * skip:>20,.0f}{mb * skip / cores:>24,.0f}" if atari else ""), flush=True)
+    if atari:
+        print(f"frames/s per core: the bare loop on 1 core, the pipeline on {cores}; "
+              f"published (other machines): Sample Factory ~4.8k, EnvPool ~4.2k")
 
 
-def curve_cost(args) -> None:
+def curve_cost(job: Path, args) -> None:
     """Every socket encrypted and authenticated (CURVE) against plain TCP, interleaved."""
     print(f"{'envs':>5}{'plain steps/s':>15}{'curve steps/s':>15}{'ratio':>8}")
     for envs in args.envs:
         plain, curve = [], []
         for _ in range(args.repeats):
-            plain.append(pipeline(envs, args.seconds, args.fragment_length,
+            plain.append(pipeline(job, envs, args.seconds, args.fragment_length,
                                   ["security.curve=false", *args.extra]))
-            curve.append(pipeline(envs, args.seconds, args.fragment_length,
+            curve.append(pipeline(job, envs, args.seconds, args.fragment_length,
                                   ["security.curve=true", *args.extra]))
         mp, mc = statistics.median(plain), statistics.median(curve)
         print(f"{envs:>5}{mp:>15,.0f}{mc:>15,.0f}{mc / mp:>8.2f}", flush=True)

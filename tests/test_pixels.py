@@ -144,3 +144,19 @@ def test_breakout_trains_from_pixels_in_one_process(tmp_path):
     assert done and done[0]["env_steps"] >= 2048 and done[0]["updates"] >= 2
     evals = [e for e in evs if e.get("event") == "evaluated"]
     assert evals and evals[-1]["eval/return_mean"] >= 0.0
+
+
+@pytest.mark.timeout(400)
+def test_dqn_with_a_convolutional_encoder_learns_catch(tmp_path):
+    """DQN on images: the encoder before the Q head, uint8 images through the
+    prioritised replay, Catch's evaluation at 0.9 within the config's budget."""
+    import json
+
+    from tests.conftest import verl
+
+    r = verl("run", str(CONFIGS / "catch_dqn.toml"), "--run-dir", str(tmp_path), timeout=380)
+    assert r.returncode == 0, r.stderr[-2000:]
+    evs = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert not [e for e in evs if e.get("event") == "message_rejected"]
+    evals = [e for e in evs if e.get("event") == "evaluated"]
+    assert evals and max(e["eval/return_mean"] for e in evals) >= 0.9, evals

@@ -22,12 +22,19 @@ from .exploration import apex_priorities, epsilon, epsilon_greedy
 
 
 class QNet(nn.Module):
-    """Q-values for every action; dueling: V(s) + A(s, a) - mean_a A(s, a)."""
+    """Q-values for every action; dueling: V(s) + A(s, a) - mean_a A(s, a). With
+    `policy.encoder` (image observations) a convolutional encoder comes first and
+    the MLP takes its features."""
 
     def __init__(self, spec, policy):
         super().__init__()
         self.dueling = policy.dueling
         n = obs_dim(spec)
+        self.enc: nn.Module | None = None
+        if policy.encoder != "mlp":
+            from ..pixels.cnn import encoder
+
+            self.enc, n = encoder(policy.encoder, tuple(spec.obs_shape))
         if self.dueling:
             self.trunk = mlp(n, policy.hidden_sizes[:-1], policy.hidden_sizes[-1],
                              policy.activation)
@@ -38,7 +45,7 @@ class QNet(nn.Module):
             self.q = mlp(n, policy.hidden_sizes, spec.n_actions, policy.activation)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.flatten(1)
+        x = self.enc(obs) if self.enc is not None else obs.flatten(1)
         if not self.dueling:
             return self.q(x)
         h = self.act(self.trunk(x))

@@ -35,8 +35,10 @@ def batch_problem(a: Arrays, obs_shape: tuple, action_shape: tuple) -> str:
         if k not in a or tuple(a[k].shape) != shape:
             return f"{k}: expected shape {shape}"
     for k in ("obs", "next_obs", "reward", "discount", "weight"):
+        if k in ("obs", "next_obs") and a[k].dtype == np.uint8:
+            continue  # images stay uint8 until the network
         if a[k].dtype.kind != "f" or not np.isfinite(a[k]).all():
-            return f"{k} is not finite floats"
+            return f"{k} is not finite floats" + (" or uint8 images" if "obs" in k else "")
     return ""
 
 

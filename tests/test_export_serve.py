@@ -21,6 +21,8 @@ CASES = {  # name: job, overrides (normalisation on where the algorithm allows i
                                            "environment.normalize_obs=true"]),
     "dqn": ("cartpole_dqn.toml", ["algorithm.policy.dueling=true"]),
     "sac": ("pendulum_sac.toml", ["environment.normalize_obs=true"]),
+    "ppo-pixels": ("catch_ppo.toml", []),
+    "dqn-pixels": ("catch_dqn.toml", []),
 }
 
 

@@ -80,7 +80,10 @@ class PPO(Algorithm):
         return self.net
 
     def export_head(self):
-        return self.net.pi, "argmax" if self.spec.discrete else "clip"
+        # a convolutional net's policy head reads the encoder's features, not images
+        enc = getattr(self.net, "encoder", None)
+        head = torch.nn.Sequential(enc, self.net.pi) if enc is not None else self.net.pi
+        return head, "argmax" if self.spec.discrete else "clip"
 
     def act(self, obs, deterministic=False, env_steps=0):
         with torch.no_grad():

@@ -71,6 +71,7 @@ class DeterministicPolicy(nn.Module):
         self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float64))
         self.register_buffer("std", torch.as_tensor(np.sqrt(var + 1e-8), dtype=torch.float64))
         self.clip = float(lp.job.environment.clip_obs)
+        self.images = lp.job.algorithm.policy.encoder != "mlp"  # the encoder takes [B, H, W, C]
         n = max(1, lp.spec.n_actions) if not lp.spec.discrete else 1
         low = np.asarray(lp.spec.action_low if not lp.spec.discrete else [0.0] * n, np.float32)
         high = np.asarray(lp.spec.action_high if not lp.spec.discrete else [0.0] * n, np.float32)
@@ -82,7 +83,7 @@ class DeterministicPolicy(nn.Module):
         x = obs.float()
         if self.normalize:
             x = torch.clamp((x.double() - self.mean) / self.std, -self.clip, self.clip).float()
-        out = self.head(x.flatten(1))
+        out = self.head(x if self.images else x.flatten(1))
         if self.kind == "argmax":
             return out.argmax(-1)
         if self.kind == "clip":

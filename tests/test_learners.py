@@ -1,5 +1,5 @@
-"""Data-parallel learners (`training.num_learners`): two PPO ranks joined by
-torch.distributed (gloo) hold bit-identical parameters after each of 50 updates
+"""Data-parallel learners (`training.num_learners`): two ranks joined by
+torch.distributed (gloo) hold bit-identical parameters (PPO, DQN, SAC) after each of 50 updates
 on different batches, rank 1 starting from other weights (rank 0's state is
 broadcast); the job file's checks and each rank's share of the batch; and end
 to end, a CartPole job with two learners where learner-1 is killed with -9:
@@ -29,42 +29,68 @@ from verl_zmq.learning.data_parallel import free_port
 UPDATES = 50
 
 
-def _rank(rank: int, port: int, out: str) -> None:
+RANK_JOBS = {
+    "ppo": ("cartpole_ppo.toml", ["algorithm.params.batch_size=128",
+                                  "algorithm.params.minibatch_size=64",
+                                  "algorithm.params.n_epochs=2"]),
+    "dqn": ("cartpole_dqn.toml", ["algorithm.params.target_update_interval=10"]),
+    "sac": ("pendulum_sac.toml", []),
+}
+
+
+def offpolicy_batch(rng, spec, n: int) -> dict:
+    """A sampled batch as a shard serves it, random."""
+    act = rng.integers(0, spec.n_actions, n) if spec.discrete else \
+        rng.uniform(-1, 1, (n, spec.n_actions)).astype(np.float32)
+    return {"obs": rng.standard_normal((n, *spec.obs_shape)).astype(np.float32),
+            "next_obs": rng.standard_normal((n, *spec.obs_shape)).astype(np.float32),
+            "action": act, "reward": rng.standard_normal(n).astype(np.float32),
+            "discount": np.full(n, 0.99, np.float32), "weight": np.ones(n, np.float32)}
+
+
+def _rank(rank: int, port: int, out: str, name: str = "ppo") -> None:
     from verl_zmq.algos import make_algorithm
     from verl_zmq.algos.base import Progress
     from verl_zmq.envs import env_spec
     from verl_zmq.learning.data_parallel import LearnerGroup
 
     torch.set_num_threads(1)
-    job = load_job(CONFIGS / "cartpole_ppo.toml", [
-        "training.num_learners=2", "algorithm.params.batch_size=128",
-        "algorithm.params.minibatch_size=64", "algorithm.params.n_epochs=2"]).learner_view()
+    conf, over = RANK_JOBS[name]
+    job = load_job(CONFIGS / conf, ["training.num_learners=2", *over]).learner_view()
     g = LearnerGroup(rank, 2, "cpu", 60.0)
     g.join(f"tcp://127.0.0.1:{port}")
-    algo = make_algorithm(job, env_spec(job.environment), reduce_grads=g.reduce)
+    spec = env_spec(job.environment)
+    algo = make_algorithm(job, spec, reduce_grads=g.reduce)
     algo.init_policy()
+    owned = [getattr(algo, a) for a in algo.state_attrs]
+    modules = [v for v in owned if isinstance(v, torch.nn.Module) or torch.is_tensor(v)]
+    params = [t for m in modules for t in ([m] if torch.is_tensor(m) else m.parameters())]
     if rank == 1:  # a rank that resumed from elsewhere: rank 0's state wins
         with torch.no_grad():
-            for p in algo.net.parameters():
+            for p in params:
                 p.add_(1.0)
-    g.broadcast_state([algo.net], [algo.opt], [0, 0, 0])
+    g.broadcast_state(modules, [v for v in owned if isinstance(v, torch.optim.Optimizer)],
+                      [0, 0, 0])
     rng = np.random.default_rng(100 + rank)  # each rank its own experience
     prints = []
     for u in range(UPDATES):
-        algo.learn(ppo_batch(rng, 8, 8), Progress(fraction=u / UPDATES))
+        batch = ppo_batch(rng, 8, 8) if name == "ppo" else \
+            offpolicy_batch(rng, spec, job.algorithm.params.batch_size)
+        algo.learn(batch, Progress(fraction=u / UPDATES))
         prints.append(hashlib.sha256(b"".join(p.detach().numpy().tobytes()
-                                               for p in algo.net.parameters())).hexdigest())
+                                               for p in params)).hexdigest())
     with open(out, "w") as f:
         json.dump(prints, f)
     g.leave()
 
 
 @pytest.mark.timeout(300)
-def test_two_ranks_hold_identical_parameters_after_every_update(tmp_path):
+@pytest.mark.parametrize("name", sorted(RANK_JOBS))
+def test_two_ranks_hold_identical_parameters_after_every_update(tmp_path, name):
     port = free_port("127.0.0.1", 29500, 29999)
     ctx = mp.get_context("spawn")
     outs = [str(tmp_path / f"rank{r}.json") for r in range(2)]
-    procs = [ctx.Process(target=_rank, args=(r, port, outs[r])) for r in range(2)]
+    procs = [ctx.Process(target=_rank, args=(r, port, outs[r], name)) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:
@@ -81,12 +107,14 @@ def test_each_rank_takes_its_share_and_bad_combinations_are_refused():
     view = job.learner_view()
     p, q = job.algorithm.params, view.algorithm.params
     assert q.batch_size == -(-p.batch_size // 2) and q.minibatch_size == -(-p.minibatch_size // 2)
+    dqn = load_job(CONFIGS / "cartpole_dqn.toml", ["training.num_learners=2"])
+    assert dqn.learner_view().algorithm.params.batch_size == dqn.algorithm.params.batch_size // 2
+    assert dqn.learner_view().training.prefetch == dqn.training.prefetch  # its own requests
     from verl_zmq.specs import default_specs
 
     assert [s.member_id for s in default_specs(job) if s.role == "learner"] == \
         ["learner-0", "learner-1"]
     for conf, over, words in [
-            ("cartpole_dqn.toml", ["training.num_learners=2"], "on-policy"),
             ("cartpole_dapo.toml", ["training.num_learners=2"], "launch.peers"),
             ("cartpole_ppo.toml", ["training.num_learners=2", "launch.learners=2"],
              "launch.learners"),

@@ -105,6 +105,8 @@ class DQN(Algorithm):
         loss = (t["weight"].float() * F.smooth_l1_loss(q, target, reduction="none")).mean()
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
+        if self.reduce_grads is not None:  # data-parallel ranks: the group's gradient
+            self.reduce_grads(list(self.q.parameters()), {})
         gn = torch.nn.utils.clip_grad_norm_(self.q.parameters(), p.max_grad_norm)
         self.opt.step()
         self.updates += 1

@@ -86,6 +86,7 @@ class SAC(Algorithm):
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self._target_params = list(self.critic_target.parameters())
         self._critic_params = list(self.critic.parameters())
+        self._actor_params = list(self.actor.parameters())
         # foreach: one kernel per step for all tensors, not a Python loop over them
         self.pi_opt = torch.optim.Adam(self.actor.parameters(), lr=p.learning_rate,
                                        foreach=True)
@@ -97,6 +98,11 @@ class SAC(Algorithm):
         self.target_entropy = p.target_entropy or -float(spec.n_actions)
         self.low = np.array(spec.action_low, np.float32)
         self.high = np.array(spec.action_high, np.float32)
+
+    def _reduce(self, params: list[torch.Tensor]) -> None:
+        """Data-parallel ranks: the group's mean gradient in place of ours."""
+        if self.reduce_grads is not None:
+            self.reduce_grads(params, {})
 
     def policy_module(self) -> torch.nn.Module:
         return self.actor
@@ -130,6 +136,7 @@ class SAC(Algorithm):
         q_loss = 0.5 * (w * ((q1 - y) ** 2 + (q2 - y) ** 2)).mean()
         self.q_opt.zero_grad(set_to_none=True)
         q_loss.backward()
+        self._reduce(self._critic_params)
         self.q_opt.step()
         a, logp = self.actor(t["obs"])
         # the actor's loss needs gradients through Q to the action, not for Q's weights
@@ -149,10 +156,12 @@ class SAC(Algorithm):
             out = {"losses/bc_loss": float(bc_loss.detach()), "charts/bc_weight": w}
         self.pi_opt.zero_grad(set_to_none=True)
         pi_loss.backward()
+        self._reduce(self._actor_params)
         self.pi_opt.step()
         a_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         self.a_opt.zero_grad(set_to_none=True)
         a_loss.backward()
+        self._reduce([self.log_alpha])
         self.a_opt.step()
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, p.tau)

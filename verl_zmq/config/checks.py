@@ -86,9 +86,6 @@ def _check_learners(job: Job, source: str) -> None:
     if job.traits.decentralised:
         raise ConfigError(f"{where}: {job.algorithm.name}'s peers are learners without a "
                           f"centre; set launch.peers instead")
-    if not job.traits.on_policy:
-        raise ConfigError(f"{where}: data-parallel learners run on-policy algorithms "
-                          f"(ppo); {job.algorithm.name} learns with one learner")
     if job.launch.learners > 1:
         raise ConfigError(f"{where}: {n} learners are one logical learner; leave "
                           f"launch.learners at 1")

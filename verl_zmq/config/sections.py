@@ -132,7 +132,7 @@ class Training:
     update_delay_s: float = 0.0  # sleep after each update: a learner slowed on purpose (soak)
     # data parallel: N learner processes are one learner (torch.distributed), each
     # updating on its share of the batch
-    num_learners: int = 1  # processes of the one learner: gradients all-reduced (ppo)
+    num_learners: int = 1  # processes of the one learner: gradients all-reduced
     learner_timeout_s: float = 60.0  # a rendezvous or collective waits at most this
 
 
@@ -312,9 +312,13 @@ class Job:
         if k <= 1:
             return self
         p, r = self.algorithm.params, dataclasses.replace
-        return r(self, algorithm=r(self.algorithm, params=r(
-            p, batch_size=-(-p.batch_size // k), minibatch_size=-(-p.minibatch_size // k))),
-            training=r(self.training, prefetch=0))
+        params = r(p, batch_size=-(-p.batch_size // k))
+        if hasattr(p, "minibatch_size"):
+            params = r(params, minibatch_size=-(-p.minibatch_size // k))
+        # off-policy ranks each request sampled batches of their share, prefetched
+        prefetch = 0 if self.traits.on_policy else self.training.prefetch
+        return r(self, algorithm=r(self.algorithm, params=params),
+                 training=r(self.training, prefetch=prefetch))
 
     def peer_view(self) -> Job:
         """What one gossip peer, its samplers and the evaluator run: with

@@ -94,9 +94,10 @@ class LearnerGroup:
     def broadcast_state(self, modules: list[torch.nn.Module],
                         optimisers: list[torch.optim.Optimizer],
                         counters: list[int]) -> list[int]:
-        """Rank 0's parameters, buffers, optimiser moments and `counters` everywhere."""
+        """Rank 0's parameters, buffers, optimiser moments and `counters` everywhere
+        (`modules` may hold plain tensors too, such as SAC's log-temperature)."""
         for m in modules:
-            for t in [*m.parameters(), *m.buffers()]:
+            for t in ([m] if torch.is_tensor(m) else [*m.parameters(), *m.buffers()]):
                 dist.broadcast(t.data, 0)
         for opt in optimisers:
             for group in opt.param_groups:
@@ -132,6 +133,15 @@ class LearnerGroup:
                             device=self._comm_device())
         dist.all_reduce(mine)
         self.group_steps += int(mine.item())
+        return self.group_steps
+
+    def max_steps(self, own_total: int) -> int:
+        """The group's env steps off-policy: every rank reads the shards' shared count,
+        so the group's is the largest any rank has seen, not a sum."""
+        mine = torch.tensor([max(own_total, self.group_steps)], dtype=torch.float64,
+                            device=self._comm_device())
+        dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+        self.group_steps = int(mine.item())
         return self.group_steps
 
     def _comm_device(self) -> torch.device:

@@ -51,9 +51,11 @@ class LearnerRole(Role):
             self.group = LearnerGroup(index_of(self.id), T.num_learners,
                                       resolve_device(T.device), T.learner_timeout_s)
         self.formed: dict[str, int] = {}  # the group's members and incarnations, once formed
+        steps = None  # on-policy ranks consume their own fragments; off-policy ones
+        if self.group is not None:  # all read the shards' one count
+            steps = self.group.sum_steps if job.traits.on_policy else self.group.max_steps
         self.trainer = Trainer(job, self.spec, self.checkpoint_dir(), self.log,
-                               reduce_grads=self.grad_reducer(),
-                               sum_steps=self.group.sum_steps if self.group else None,
+                               reduce_grads=self.grad_reducer(), sum_steps=steps,
                                primary=self.primary)
         self.algo = self.trainer.algo
         self.pub = None
@@ -117,7 +119,7 @@ class LearnerRole(Role):
             self.formed = {"learner-0": first.incarnation}
         await asyncio.to_thread(g.join, endpoint)
         owned = [getattr(self.algo, a) for a in self.algo.state_attrs]
-        modules = [v for v in owned if isinstance(v, torch.nn.Module)]
+        modules = [v for v in owned if isinstance(v, torch.nn.Module) or torch.is_tensor(v)]
         opts = [v for v in owned if isinstance(v, torch.optim.Optimizer)]
         s = self.trainer.state
         s.env_steps, s.version, self.algo.updates = await asyncio.to_thread(

@@ -27,6 +27,7 @@ class Traits:
     # learns from groups of responses to one prompt: needs a sequence env whose
     # fragments hold whole groups (seq/env.py)
     grouped: bool = False
+    encoders: bool = False  # a convolutional encoder may come first (image observations)
 
     @property
     def replay_modes(self) -> tuple[str, ...]:
@@ -35,14 +36,14 @@ class Traits:
 
 TRAITS: dict[str, Traits] = {
     "ppo": Traits(on_policy=True, extras=("logp", "value"), learns_from_demos=True,
-                  numpy_actor="pg"),
+                  numpy_actor="pg", encoders=True),
     "dapo": Traits(on_policy=True, extras=("logp", "value"), decentralised=True,
-                   learns_from_demos=True, numpy_actor="pg"),
+                   learns_from_demos=True, numpy_actor="pg", encoders=True),
     # no critic: advantages from the rewards of a prompt's group of responses
     "grpo": Traits(on_policy=True, extras=("logp",), actions="discrete", grouped=True),
     # Q(s, a) and max_a Q(s, a) at acting time: initial priorities (Ape-X)
     "dqn": Traits(on_policy=False, extras=("q_taken", "q_max"), numpy_actor="q",
-                  actions="discrete", dueling=True),
+                  actions="discrete", dueling=True, encoders=True),
     "sac": Traits(on_policy=False, learns_from_demos=True, numpy_actor="squashed",
                   actions="box"),
 }
@@ -61,6 +62,9 @@ def fit_problem(job, discrete: bool) -> str:
     if t.actions != "any" and discrete != want_discrete:
         need = "Discrete actions" if want_discrete else "continuous (Box) actions"
         return f"algorithm.name: {name} needs {need}; {job.environment.id} has {_OTHER[t.actions]}"
+    if pol.encoder != "mlp" and not t.encoders:
+        return (f"algorithm.policy.encoder: convolutional encoders are for ppo, dapo and dqn; "
+                f"{name} takes flat observations (\"mlp\")")
     if pol.dueling and not t.dueling:
         return f"algorithm.policy.dueling: a dueling head is for Q-networks (dqn), not {name}"
     if t.grouped:

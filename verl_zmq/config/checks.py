@@ -123,9 +123,6 @@ def _check_algorithm(job: Job, source: str) -> None:
     if bc.mixing_ratio < 0 or bc.decay_steps < 0 or bc.batch_size < 1:
         raise ConfigError(f"{source}: algorithm.bc: mixing_ratio and decay_steps must be >= 0 "
                           f"and batch_size >= 1")
-    if job.algorithm.policy.encoder != "mlp" and job.algorithm.name == "sac":
-        raise ConfigError(f"{source}: algorithm.policy.encoder: convolutional encoders are for "
-                          f"ppo, dapo and dqn; sac takes flat observations (\"mlp\")")
     p = job.algorithm.params
     if job.traits.on_policy and p.minibatch_size > p.batch_size:
         raise ConfigError(

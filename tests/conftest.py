@@ -70,6 +70,15 @@ def verl(*args, **kw) -> subprocess.CompletedProcess:
                           timeout=kw.pop("timeout", 120), cwd=kw.pop("cwd", ROOT), **kw)
 
 
+def run_events(job: str, run_dir, *overrides: str, timeout: float = 240) -> list[dict]:
+    """`verl run JOB` in one process with `--set` overrides; its JSON events (the
+    run must succeed)."""
+    sets = [x for o in overrides for x in ("--set", o)]
+    r = verl("run", str(CONFIGS / job), "--run-dir", str(run_dir), *sets, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+
+
 def launch(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([PY, "-m", "launcher.cli", *args], capture_output=True, text=True,
                           timeout=kw.pop("timeout", 120), cwd=kw.pop("cwd", ROOT), **kw)

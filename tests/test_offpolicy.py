@@ -3,39 +3,30 @@ transitions, limiter) -> DQN learner -> priority updates back to the shard."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.conftest import CONFIGS, verl
+from tests.conftest import CONFIGS, run_events
 
 
 @pytest.mark.timeout(300)
 def test_dqn_pipeline_runs_and_updates_priorities(tmp_path):
-    r = verl("run", str(CONFIGS / "cartpole_dqn.toml"), "--run-dir", str(tmp_path),
-             "--set", "training.total_timesteps=6000", "--set", "evaluation.interval_steps=3000",
-             "--set", "replay.min_size_to_sample=500", "--set", "logging.interval_s=0.5",
-             timeout=240)
-    assert r.returncode == 0, r.stderr[-2000:]
-    evs = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    evs = run_events("cartpole_dqn.toml", tmp_path, "training.total_timesteps=4000",
+                     "evaluation.interval_steps=3000", "replay.min_size_to_sample=500",
+                     "logging.interval_s=0.5")
     replay = [e for e in evs if e.get("event") == "metrics" and e.get("role") == "replay"]
     assert replay and replay[-1]["replay/priority_updates"] > 0
     assert replay[-1]["replay/sampled"] > 0 and replay[-1]["replay/transitions"] > 0
     learner = [e for e in evs if e.get("event") == "training_finished"]
-    assert learner and learner[0]["env_steps"] >= 6000 and learner[0]["updates"] > 0
+    assert learner and learner[0]["env_steps"] >= 4000 and learner[0]["updates"] > 0
     assert any(e.get("event") == "evaluated" for e in evs)
 
 
 @pytest.mark.timeout(300)
 def test_sac_pipeline_runs_on_pendulum(tmp_path):
-    r = verl("run", str(CONFIGS / "pendulum_sac.toml"), "--run-dir", str(tmp_path),
-             "--set", "training.total_timesteps=1500", "--set", "evaluation.interval_steps=1000",
-             "--set", "evaluation.n_eval_episodes=2", "--set", "replay.min_size_to_sample=500",
-             "--set", "algorithm.params.learning_starts=500",
-             "--set", "replay.samples_per_insert=8", "--set", "replay.error_buffer=2000",
-             timeout=240)
-    assert r.returncode == 0, r.stderr[-2000:]
-    evs = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    evs = run_events("pendulum_sac.toml", tmp_path, "training.total_timesteps=1500",
+                     "evaluation.interval_steps=1000", "evaluation.n_eval_episodes=2",
+                     "replay.min_size_to_sample=500", "algorithm.params.learning_starts=500",
+                     "replay.samples_per_insert=8", "replay.error_buffer=2000")
     done = [e for e in evs if e.get("event") == "training_finished"]
     assert done and done[0]["updates"] > 0
     assert any(e.get("event") == "evaluated" and e["eval/return_mean"] < 0 for e in evs)
@@ -75,12 +66,9 @@ def test_squashed_gaussian_log_prob_matches_change_of_variables():
 
 @pytest.mark.timeout(300)
 def test_two_shards_are_both_sampled(tmp_path):
-    r = verl("run", str(CONFIGS / "cartpole_dqn.toml"), "--run-dir", str(tmp_path),
-             "--set", "launch.replay_shards=2", "--set", "training.total_timesteps=6000",
-             "--set", "replay.min_size_to_sample=300", "--set", "logging.interval_s=0.5",
-             "--set", "evaluation.interval_steps=6000", timeout=240)
-    assert r.returncode == 0, r.stderr[-2000:]
-    evs = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    evs = run_events("cartpole_dqn.toml", tmp_path, "launch.replay_shards=2",
+                     "training.total_timesteps=4000", "replay.min_size_to_sample=300",
+                     "logging.interval_s=0.5", "evaluation.interval_steps=4000")
     last = {}
     for e in evs:
         if e.get("event") == "metrics" and e.get("role") == "replay":

@@ -130,7 +130,10 @@ def test_breakout_trains_from_pixels_in_one_process(tmp_path):
     """The shipped Atari config end to end, briefly: uint8 stacks through the
     pipeline, PPO updates on the Nature CNN, an evaluation of a whole game."""
     pytest.importorskip("ale_py", reason="the atari extra: pip install -e '.[atari]'")
+    # a game capped at 4,000 frames: an untrained policy's evaluation may otherwise
+    # play for minutes
     evs = run_events("breakout_ppo.toml", tmp_path, "training.total_timesteps=1024",
+                     "environment.max_episode_steps=4000",
                      "evaluation.interval_steps=1024", "evaluation.n_eval_episodes=1",
                      "sampling.fragment_length=64", "algorithm.params.batch_size=512",
                      timeout=280)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU smoke run: CartPole PPO (configs/cartpole_ppo.toml) to 475 with the learner
 # on the CPU and then on a GPU of its own (resources.learner.gpu = 1,
-# training.device = "cuda"), one after the other; prints each run's end and the
-# learner's updates per second, and their ratio. Where torch sees no GPU it says
+# training.device = "cuda"), then on the GPU with training.amp = "bf16", one after
+# the other; prints each run's end, the learner's updates per second, and the
+# ratios to the CPU run. Where torch sees no GPU it says
 # so and exits 0. The pinned torch is a CPU build: on a GPU machine install a
 # CUDA build of the same version into .venv first.
 #
@@ -20,14 +21,15 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-run() {  # $1: cpu or cuda
-  local dev=$1 gpu=0
+run() {  # $1: cpu or cuda; $2: training.amp (none or bf16)
+  local dev=$1 amp=${2:-none} gpu=0 name=$1
   [ "$dev" = cuda ] && gpu=1
+  [ "$amp" = none ] || name="$dev-$amp"
   "$PY" -m launcher.cli configs/hosts.local.txt configs/cartpole_ppo.toml \
-    --run-dir "$tmp/$dev" --set "training.device=\"$dev\"" --set "resources.learner.gpu=$gpu" \
-    --set evaluation.stop_at_return=475 > "$tmp/$dev.out" 2>&1 || true
-  tail -1 "$tmp/$dev.out"
-  "$PY" - "$tmp/$dev" "$dev" <<'EOF'
+    --run-dir "$tmp/$name" --set "training.device=\"$dev\"" --set "resources.learner.gpu=$gpu" \
+    --set "training.amp=\"$amp\"" --set evaluation.stop_at_return=475 > "$tmp/$name.out" 2>&1 || true
+  tail -1 "$tmp/$name.out"
+  "$PY" - "$tmp/$name" "$name" <<'EOF'
 import json
 import pathlib
 import sys
@@ -45,5 +47,7 @@ EOF
 
 run cpu
 run cuda
-"$PY" -c "import sys; c, g = (float(open(f).read()) for f in sys.argv[1:]); \
-print(f'updates/s, GPU over CPU: {g / c:.2f}')" "$tmp/cpu/rate" "$tmp/cuda/rate"
+run cuda bf16
+"$PY" -c "import sys; c, g, b = (float(open(f).read()) for f in sys.argv[1:]); \
+print(f'updates/s, GPU over CPU: {g / c:.2f}; GPU with bf16 over CPU: {b / c:.2f}')" \
+  "$tmp/cpu/rate" "$tmp/cuda/rate" "$tmp/cuda-bf16/rate"

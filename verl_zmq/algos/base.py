@@ -112,6 +112,21 @@ class Algorithm(ABC):
 
             self.load_policy_arrays(initial_policy_arrays(self.job, self.spec))
 
+    def autocast(self):
+        """The forward passes and losses of an update under `training.amp`: "bf16"
+        autocasts them to bfloat16 (on a GPU, or the CPU); backward passes and
+        optimiser steps stay outside, in float32."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16,
+                              enabled=self.job.training.amp == "bf16")
+
+    def to_device(self, x) -> torch.Tensor:
+        """A batch column on the learner's device, moved once per update: to a GPU
+        through pinned host memory and an asynchronous copy."""
+        t = torch.as_tensor(np.asarray(x))
+        if self.device.type == "cuda":
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t
+
     @property
     def traits(self) -> Traits:
         return self.job.traits

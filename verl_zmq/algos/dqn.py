@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -94,15 +93,17 @@ class DQN(Algorithm):
 
     def learn(self, batch, at: Progress = START):
         p = self.params
-        t = {k: torch.as_tensor(np.asarray(batch[k]), device=self.device)
+        t = {k: self.to_device(batch[k])
              for k in ("obs", "action", "reward", "next_obs", "discount", "weight")}
-        with torch.no_grad():
-            target = double_dqn_target(self.q(t["next_obs"].float()),
-                                       self.target(t["next_obs"].float()),
-                                       t["reward"].float(), t["discount"].float())
-        q = self.q(t["obs"].float()).gather(-1, t["action"].long()[:, None]).squeeze(-1)
-        td = q - target
-        loss = (t["weight"].float() * F.smooth_l1_loss(q, target, reduction="none")).mean()
+        with self.autocast():
+            with torch.no_grad():
+                target = double_dqn_target(self.q(t["next_obs"].float()),
+                                           self.target(t["next_obs"].float()),
+                                           t["reward"].float(), t["discount"].float()).float()
+            q = self.q(t["obs"].float()).gather(-1, t["action"].long()[:, None]).squeeze(-1)
+            q = q.float()
+            td = q - target
+            loss = (t["weight"].float() * F.smooth_l1_loss(q, target, reduction="none")).mean()
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         if self.reduce_grads is not None:  # data-parallel ranks: the group's gradient

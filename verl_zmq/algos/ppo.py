@@ -179,12 +179,12 @@ class PPO(Algorithm):
 
         def flat(x):
             x = np.asarray(x)
-            return torch.as_tensor(x.reshape(T * N, *x.shape[2:])[mask], device=self.device)
+            return self.to_device(x.reshape(T * N, *x.shape[2:])[mask])
 
         return {"obs": flat(batch["obs"]).float(), "action": flat(batch["action"]),
                 "logp": flat(batch["logp"]).float(), "value": flat(value).float(),
                 "adv": flat(adv), "ret": flat(ret),
-                "column": torch.as_tensor(col[mask], device=self.device),
+                "column": self.to_device(col[mask]),
                 **{k: flat(v) for k, v in columns.items()}}
 
     def kl_term(self, new_logp: torch.Tensor, mb: dict[str, torch.Tensor],
@@ -259,16 +259,17 @@ class PPO(Algorithm):
         for _ in range(p.n_epochs):
             for idx in self._minibatches(n, mbs):
                 mb = {k: v[idx] for k, v in data.items()}
-                loss, stats = self.loss(mb)
-                bc = self.bc_batch(at.env_steps)
-                if bc is not None:  # behaviour cloning: -log pi(a_demo | s_demo)
-                    w, obs, act = bc
-                    d = self.net.dist(obs)
-                    bc_loss = -self.net.log_prob(d, act if self.spec.discrete
-                                                 else act.float()).mean()
-                    loss = loss + w * bc_loss
-                    stats["losses/bc_loss"] = bc_loss.detach()
-                    stats["charts/bc_weight"] = w
+                with self.autocast():
+                    loss, stats = self.loss(mb)
+                    bc = self.bc_batch(at.env_steps)
+                    if bc is not None:  # behaviour cloning: -log pi(a_demo | s_demo)
+                        w, obs, act = bc
+                        d = self.net.dist(obs)
+                        bc_loss = -self.net.log_prob(d, act if self.spec.discrete
+                                                     else act.float()).mean()
+                        loss = loss + w * bc_loss
+                        stats["losses/bc_loss"] = bc_loss.detach()
+                        stats["charts/bc_weight"] = w
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if self.reduce_grads is not None:  # the group's gradient, and its KL

@@ -127,6 +127,7 @@ class Training:
     max_policy_lag: int = 4  # on-policy: drop fragments this many updates older
     prefetch: int = 4  # fragments requested beyond one batch, per shard
     device: str = "cpu"  # cpu, cuda (cuda:N) or auto: a GPU where the learner has one
+    amp: Literal["none", "bf16"] = "none"  # bf16: autocast forward passes and losses
     torch_threads: int = 1  # resources.learner.cpu wins
     learn: bool = True  # false: drain batches without updating (pipeline benchmarks)
     update_delay_s: float = 0.0  # sleep after each update: a learner slowed on purpose (soak)

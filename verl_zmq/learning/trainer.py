@@ -35,9 +35,14 @@ Hook = Callable[[], Awaitable[None]]
 
 
 def resolve_device(name: str) -> str:
-    """`training.device`: "auto" is the first GPU this process may see, else the CPU."""
+    """`training.device`: "auto" is the first GPU this process may see, else the CPU;
+    a GPU asked for where torch sees none is a clear error, not a traceback."""
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"training.device = {name!r}: torch sees no GPU in this process "
+                         "(a CPU build of torch, no device, or CUDA_VISIBLE_DEVICES empty); "
+                         "use \"auto\" or \"cpu\"")
     return name
 
 
@@ -185,7 +190,9 @@ class Trainer:
         path = self.checkpoint_dir / "latest.pt"
         if not path.exists():
             return
-        state = load_checkpoint(path, self.device)
+        # read onto the CPU whatever device wrote it: modules and optimisers copy into
+        # their own device, and the RNG state and statistics must stay on the CPU
+        state = load_checkpoint(path)
         self.algo.load_state_dict(state["algo"])
         self.state.env_steps = int(state["env_steps"])
         self.state.version = int(state["version"])

@@ -124,26 +124,30 @@ class SAC(Algorithm):
 
     def learn(self, batch, at: Progress = START):
         p = self.params
-        t = {k: torch.as_tensor(np.asarray(batch[k]), device=self.device).float()
+        t = {k: self.to_device(batch[k]).float()
              for k in ("obs", "action", "reward", "next_obs", "discount", "weight")}
         alpha = float(self.log_alpha.detach().exp())
-        with torch.no_grad():
-            a2, logp2 = self.actor(t["next_obs"])
-            q1n, q2n = self.critic_target(t["next_obs"], a2)
-            y = sac_target(q1n, q2n, logp2, alpha, t["reward"], t["discount"])
-        q1, q2 = self.critic(t["obs"], t["action"])
-        w = t["weight"]
-        q_loss = 0.5 * (w * ((q1 - y) ** 2 + (q2 - y) ** 2)).mean()
+        with self.autocast():
+            with torch.no_grad():
+                a2, logp2 = self.actor(t["next_obs"])
+                q1n, q2n = self.critic_target(t["next_obs"], a2)
+                y = sac_target(q1n, q2n, logp2, alpha, t["reward"], t["discount"]).float()
+            q1, q2 = self.critic(t["obs"], t["action"])
+            q1, q2 = q1.float(), q2.float()
+            w = t["weight"]
+            q_loss = 0.5 * (w * ((q1 - y) ** 2 + (q2 - y) ** 2)).mean()
         self.q_opt.zero_grad(set_to_none=True)
         q_loss.backward()
         self._reduce(self._critic_params)
         self.q_opt.step()
-        a, logp = self.actor(t["obs"])
-        # the actor's loss needs gradients through Q to the action, not for Q's weights
-        self.critic.requires_grad_(False)
-        q1p, q2p = self.critic(t["obs"], a)
-        self.critic.requires_grad_(True)
-        pi_loss = (alpha * logp - torch.min(q1p, q2p)).mean()
+        with self.autocast():
+            a, logp = self.actor(t["obs"])
+            # the actor's loss needs gradients through Q to the action, not Q's weights
+            self.critic.requires_grad_(False)
+            q1p, q2p = self.critic(t["obs"], a)
+            self.critic.requires_grad_(True)
+            logp = logp.float()
+            pi_loss = (alpha * logp - torch.min(q1p, q2p).float()).mean()
         out = {}
         bc = self.bc_batch(at.env_steps)
         if bc is not None:  # behaviour cloning: -log pi(a_demo | s_demo), squashed
@@ -158,11 +162,12 @@ class SAC(Algorithm):
         pi_loss.backward()
         self._reduce(self._actor_params)
         self.pi_opt.step()
-        a_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
-        self.a_opt.zero_grad(set_to_none=True)
-        a_loss.backward()
-        self._reduce([self.log_alpha])
-        self.a_opt.step()
+        if p.autotune_alpha:
+            a_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+            self.a_opt.zero_grad(set_to_none=True)
+            a_loss.backward()
+            self._reduce([self.log_alpha])
+            self.a_opt.step()
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, p.tau)
         self.updates += 1

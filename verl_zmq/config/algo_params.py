@@ -65,6 +65,7 @@ class SACParams:
     tau: float = 0.005
     learning_starts: int = 1_000
     init_alpha: float = 1.0
+    autotune_alpha: bool = True  # false: the temperature stays at init_alpha
     target_entropy: float = 0.0  # 0: -dim(action)
 
 

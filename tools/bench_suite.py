@@ -1,0 +1,154 @@
+#!/usr/bin/env python
+"""The benchmark suite: each task's shipped job file run to rl-baselines3-zoo's
+budget on several seeds, one fresh job after the other, against the zoo's
+published return at that budget (benchmark.md of DLR-RM/rl-baselines3-zoo: one
+run each, deterministic evaluation).
+
+One row per task: the zoo's return and budget; ours at the same budget, the
+mean and the lowest over seeds of the final evaluation and of the best one;
+env steps and wall seconds to the zoo's return (mean over the seeds that got
+there); pass when the mean final evaluation is at or above the zoo's return
+and no seed's is more than 10% of its magnitude below it.
+
+    python tools/bench_suite.py --quick --seeds 0 1 2 [--markdown table.md]
+    python tools/bench_suite.py --long                # BipedalWalker, HalfCheetah, LunarLander DQN
+    python tools/bench_suite.py --tasks acrobot-dqn pendulum-sac --seeds 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from _jobs import ROOT, launch, launcher_start, time_to_return
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    job: str  # under configs/
+    zoo_return: float
+    budget: int  # env steps, the zoo's n_timesteps
+    long: bool = False
+    overrides: tuple[str, ...] = ()
+    needs: str = ""  # the extra that installs its env
+
+
+TASKS = [
+    Task("cartpole-ppo", "cartpole_ppo.toml", 500.0, 100_000),
+    Task("cartpole-dqn", "cartpole_dqn.toml", 500.0, 50_000),
+    # no DAPO in the zoo: held to PPO's figure, with the budget counted over all peers
+    Task("cartpole-dapo", "cartpole_dapo.toml", 500.0, 100_000),
+    Task("acrobot-ppo", "acrobot_ppo.toml", -73.506, 1_000_000),
+    Task("acrobot-dqn", "acrobot_dqn.toml", -76.639, 100_000),
+    Task("pendulum-sac", "pendulum_sac.toml", -156.995, 20_000),
+    Task("mountaincar-sac", "mountaincar_sac.toml", 94.679, 50_000),
+    Task("lunarlander-ppo", "lunarlander_ppo.toml", 242.119, 1_000_000, needs="box2d"),
+    Task("lunarlander-dqn", "lunarlander_dqn.toml", 154.382, 100_000, long=True, needs="box2d"),
+    Task("bipedalwalker-sac", "bipedalwalker_sac.toml", 297.668, 500_000, long=True,
+         needs="box2d"),
+    Task("halfcheetah-sac", "halfcheetah_sac.toml", 9535.451, 1_000_000, long=True,
+         needs="mujoco"),
+]
+BY_NAME = {t.name: t for t in TASKS}
+
+
+def run_once(task: Task, seed: int) -> dict:
+    """One fresh job to the task's budget (no early stop): its evaluations."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "run"
+        t0 = time.time()
+        rc, wall = launch(ROOT / "configs" / task.job, run,
+                          [f"experiment.seed={seed}", f"training.total_timesteps={task.budget}",
+                           *task.overrides], timeout=6 * 3600)
+        try:
+            summary = json.loads((run / "summary.json").read_text())
+        except (OSError, ValueError):
+            summary = {}
+        evals = summary.get("evaluations") or []
+        ts, steps = time_to_return(run, task.zoo_return)
+        start = launcher_start(run) or t0
+    rets = [e["return_mean"] for e in evals]
+    return {"rc": rc, "wall_s": wall, "final": rets[-1] if rets else None,
+            "best": max(rets) if rets else None, "steps": steps,
+            "to_target_s": ts - start if ts is not None else None}
+
+
+def _fmt(x, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def row(task: Task, runs: list[dict]) -> dict:
+    finals = [r["final"] for r in runs if r["final"] is not None]
+    bests = [r["best"] for r in runs if r["best"] is not None]
+    reached = [r for r in runs if r["steps"] is not None]
+    floor = task.zoo_return - 0.1 * abs(task.zoo_return)
+    ok = len(finals) == len(runs) and statistics.mean(finals) >= task.zoo_return \
+        and min(finals) >= floor
+    return {
+        "task": task.name, "zoo": f"{task.zoo_return:g} @{task.budget // 1000}k",
+        "final": f"{_fmt(statistics.mean(finals) if finals else None)} "
+                 f"(min {_fmt(min(finals) if finals else None)})",
+        "best": f"{_fmt(statistics.mean(bests) if bests else None)} "
+                f"(min {_fmt(min(bests) if bests else None)})",
+        "reached": f"{len(reached)}/{len(runs)}",
+        "steps": _fmt(statistics.mean(r["steps"] for r in reached) if reached else None, ",.0f"),
+        "to_target_s": _fmt(statistics.mean(r["to_target_s"] for r in reached
+                                            if r["to_target_s"] is not None)
+                            if any(r["to_target_s"] is not None for r in reached) else None),
+        "wall_s": _fmt(statistics.mean(r["wall_s"] for r in runs)),
+        "pass": "pass" if ok else "FAIL",
+    }
+
+
+COLUMNS = [("task", "task"), ("zoo", "zoo return @budget"), ("final", "ours final, mean (min)"),
+           ("best", "ours best, mean (min)"), ("reached", "reached zoo"),
+           ("steps", "env steps to it"), ("to_target_s", "s to it"), ("wall_s", "wall s/run"),
+           ("pass", "")]
+
+
+def markdown(rows: list[dict], seeds: list[int]) -> str:
+    head = "| " + " | ".join(t for _, t in COLUMNS) + " |"
+    rule = "|" + "---|" * len(COLUMNS)
+    body = ["| " + " | ".join(r[k] for k, _ in COLUMNS) + " |" for r in rows]
+    return "\n".join([f"Seeds {', '.join(map(str, seeds))}; "
+                      f"{time.strftime('%Y-%m-%d')}.", "", head, rule, *body]) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="every task but the long ones")
+    ap.add_argument("--long", action="store_true", help="the long tasks")
+    ap.add_argument("--tasks", nargs="+", choices=sorted(BY_NAME), default=None)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--markdown", default=None, help="also write the table here")
+    a = ap.parse_args()
+    tasks = [BY_NAME[n] for n in a.tasks] if a.tasks else \
+        [t for t in TASKS if (t.long and a.long) or (not t.long and (a.quick or not a.long))]
+    rows = []
+    for task in tasks:
+        if not (ROOT / "configs" / task.job).exists():
+            print(f"{task.name}: no configs/{task.job}; skipped", flush=True)
+            continue
+        runs = []
+        for seed in a.seeds:
+            r = run_once(task, seed)
+            runs.append(r)
+            print(f"{task.name} seed {seed}: final {_fmt(r['final'])} best {_fmt(r['best'])} "
+                  f"steps to {task.zoo_return:g} {_fmt(r['steps'], ',')} "
+                  f"wall {r['wall_s']:.0f} s exit {r['rc']}", flush=True)
+        rows.append(row(task, runs))
+        print("  ".join(f"{rows[-1][k]}" for k, _ in COLUMNS), flush=True)
+    table = markdown(rows, a.seeds)
+    print("\n" + table)
+    if a.markdown:
+        Path(a.markdown).write_text(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -156,3 +156,35 @@ def test_dqn_with_a_convolutional_encoder_trains_on_uint8_images(tmp_path):
     done = [e for e in evs if e.get("event") == "training_finished"]
     assert done and done[0]["env_steps"] >= 2000 and done[0]["updates"] >= 50
     assert [e for e in evs if e.get("event") == "evaluated"]
+
+
+def test_sac_with_convolutional_encoders_updates_on_uint8_images():
+    """SAC on images: the actor and the critic each put an encoder before their MLP;
+    uint8 batches update both, actions stay in the env's bounds."""
+    from verl_zmq.algos import make_algorithm
+    from verl_zmq.envs import EnvSpec
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    job = load_job(CONFIGS / "pendulum_sac.toml", ['algorithm.policy.encoder="impala_cnn"'])
+    assert job.traits.encoders and not job.traits.numpy_actor  # samplers act with torch
+    spec = EnvSpec(obs_shape=(12, 12, 3), discrete=False, n_actions=1, action_shape=(1,),
+                   action_low=(-2.0,), action_high=(2.0,))
+    algo = make_algorithm(job, spec)
+    assert algo.actor.enc is not None and algo.critic.enc is not None
+    rng = np.random.default_rng(0)
+    n = 32
+    batch = {"obs": rng.integers(0, 256, (n, 12, 12, 3), dtype=np.uint8),
+             "next_obs": rng.integers(0, 256, (n, 12, 12, 3), dtype=np.uint8),
+             "action": rng.uniform(-1, 1, (n, 1)).astype(np.float32),
+             "reward": rng.standard_normal(n).astype(np.float32),
+             "discount": np.full(n, 0.99, np.float32), "weight": np.ones(n, np.float32)}
+    enc_before = [p.detach().clone() for p in algo.critic.enc.parameters()]
+    pi_before = [p.detach().clone() for p in algo.actor.enc.parameters()]
+    out = algo.learn(batch)
+    assert all(np.isfinite(v) for v in out.metrics.values())
+    assert any(not torch.equal(a, b) for a, b in zip(enc_before, algo.critic.enc.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(pi_before, algo.actor.enc.parameters()))
+    act, _ = algo.act(batch["obs"][:4])
+    env_act = algo.env_action(act)
+    assert env_act.shape == (4, 1) and (np.abs(env_act) <= 2.0).all()

@@ -20,15 +20,29 @@ from .base import START, Algorithm, Learned, Progress
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
+def _features(spec, policy) -> tuple[nn.Module | None, int]:
+    """(a convolutional encoder or None, the size of what the MLP takes): the actor
+    and the critic each have their own encoder (`policy.encoder`)."""
+    if policy.encoder == "mlp":
+        return None, obs_dim(spec)
+    from ..pixels.cnn import encoder
+
+    return encoder(policy.encoder, tuple(spec.obs_shape))
+
+
 class SquashedGaussian(nn.Module):
     """pi(a|s): tanh(N(mu(s), sigma(s))) with the log-probability of the squashed sample."""
 
     def __init__(self, spec, policy):
         super().__init__()
-        self.net = mlp(obs_dim(spec), policy.hidden_sizes, 2 * spec.n_actions, "relu")
+        self.enc, n = _features(spec, policy)
+        self.net = mlp(n, policy.hidden_sizes, 2 * spec.n_actions, "relu")
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.enc(obs) if self.enc is not None else obs.flatten(1)
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False):
-        mu, log_std = self.net(obs.flatten(1)).chunk(2, -1)
+        mu, log_std = self.net(self.features(obs)).chunk(2, -1)
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         u = mu if deterministic else mu + log_std.exp() * torch.randn_like(mu)
         a = torch.tanh(u)
@@ -40,7 +54,7 @@ class SquashedGaussian(nn.Module):
 
     def log_prob_of(self, obs: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """log pi(a | obs) of given squashed actions a in (-1, 1) (demonstrations)."""
-        mu, log_std = self.net(obs.flatten(1)).chunk(2, -1)
+        mu, log_std = self.net(self.features(obs)).chunk(2, -1)
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         a = a.clamp(-1 + 1e-6, 1 - 1e-6)
         u = torch.atanh(a)
@@ -50,16 +64,17 @@ class SquashedGaussian(nn.Module):
 
 
 class TwinQ(nn.Module):
-    """Two independent Q(s, a) networks."""
+    """Two Q(s, a) heads; with image observations they share one encoder."""
 
     def __init__(self, spec, policy):
         super().__init__()
-        n = obs_dim(spec) + spec.n_actions
-        self.q1 = mlp(n, policy.hidden_sizes, 1, "relu")
-        self.q2 = mlp(n, policy.hidden_sizes, 1, "relu")
+        self.enc, n = _features(spec, policy)
+        self.q1 = mlp(n + spec.n_actions, policy.hidden_sizes, 1, "relu")
+        self.q2 = mlp(n + spec.n_actions, policy.hidden_sizes, 1, "relu")
 
     def forward(self, obs, act):
-        x = torch.cat([obs.flatten(1), act], -1)
+        f = self.enc(obs) if self.enc is not None else obs.flatten(1)
+        x = torch.cat([f, act], -1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
 

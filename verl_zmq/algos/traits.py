@@ -45,7 +45,7 @@ TRAITS: dict[str, Traits] = {
     "dqn": Traits(on_policy=False, extras=("q_taken", "q_max"), numpy_actor="q",
                   actions="discrete", dueling=True, encoders=True),
     "sac": Traits(on_policy=False, learns_from_demos=True, numpy_actor="squashed",
-                  actions="box"),
+                  actions="box", encoders=True),
 }
 
 _OTHER = {"discrete": "continuous (Box) actions: use sac or ppo",
@@ -63,7 +63,8 @@ def fit_problem(job, discrete: bool) -> str:
         need = "Discrete actions" if want_discrete else "continuous (Box) actions"
         return f"algorithm.name: {name} needs {need}; {job.environment.id} has {_OTHER[t.actions]}"
     if pol.encoder != "mlp" and not t.encoders:
-        return (f"algorithm.policy.encoder: convolutional encoders are for ppo, dapo and dqn; "
+        return (f"algorithm.policy.encoder: convolutional encoders are for ppo, dapo, dqn "
+                f"and sac; "
                 f"{name} takes flat observations (\"mlp\")")
     if pol.dueling and not t.dueling:
         return f"algorithm.policy.dueling: a dueling head is for Q-networks (dqn), not {name}"

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools.netns import SSH_OPTIONS, write_sshd_files
+
 ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 
 
@@ -24,9 +26,7 @@ class Sshd:
 
     @property
     def ssh_options(self) -> list[str]:
-        return ["-i", str(self.key), "-o", "StrictHostKeyChecking=no", "-o",
-                "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o",
-                "ConnectTimeout=5"]
+        return ["-i", str(self.key), *SSH_OPTIONS]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -55,22 +55,8 @@ def _free_port() -> int:
 
 
 def start_sshd(tmp: Path) -> Sshd:
-    tmp.mkdir(parents=True, exist_ok=True)
-    os.chmod(tmp, 0o700)
-    host_key, key = tmp / "host_ed25519", tmp / "id_ed25519"
-    for k in (host_key, key):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(k)], check=True)
-    (tmp / "authorized_keys").write_text((tmp / "id_ed25519.pub").read_text())
-    os.chmod(tmp / "authorized_keys", 0o600)
     port = _free_port()
-    conf = tmp / "sshd_config"
-    conf.write_text("\n".join([
-        f"Port {port}", *[f"ListenAddress {a}" for a in ADDRESSES],
-        f"HostKey {host_key}", f"AuthorizedKeysFile {tmp / 'authorized_keys'}",
-        f"PidFile {tmp / 'sshd.pid'}", "UsePAM no", "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no", "StrictModes no", "PermitRootLogin yes",
-        "MaxStartups 100:30:200", "MaxSessions 100", "LogLevel ERROR", ""]))
-    Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    conf, key = write_sshd_files(tmp, list(ADDRESSES), port)
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
     proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(conf)], stdout=subprocess.DEVNULL,
                             stderr=open(tmp / "sshd.log", "ab"))  # noqa: SIM115

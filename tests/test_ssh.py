@@ -76,7 +76,8 @@ def _restarted(run, member) -> bool:
 @pytest.fixture(scope="session")
 def ssh_job(sshd, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ssh-job")
-    proc, run = _start(tmp, sshd)
+    # it ends at the target: what it shows is placement, logs and restarts across hosts
+    proc, run = _start(tmp, sshd, ["--set", f"evaluation.stop_at_return={TARGET}"])
     try:
         # sampler-0 and sampler-3 share the learner's host (127.0.0.2); kill one, then the shard
         def shipping():

@@ -46,11 +46,12 @@ def events(path: Path) -> list[dict]:
 
 
 def start(job: Path | str, run_dir: Path, overrides: list[str], hosts: str = "local",
-          quiet: bool = True, capture: bool = False) -> subprocess.Popen:
+          quiet: bool = True, capture: bool = False, wrap: list[str] = ()) -> subprocess.Popen:
     """Start a whole job with verl-launch in its own session, ports from a free range;
-    `capture`: its stdout and stderr as text pipes."""
+    `capture`: its stdout and stderr as text pipes; `wrap`: a command prefix (such as
+    `ip netns exec NAME`) the launcher runs under."""
     lo, hi = free_ports()
-    cmd = [sys.executable, "-m", "launcher.cli", hosts, str(job), "--run-dir", str(run_dir),
+    cmd = [*wrap, sys.executable, "-m", "launcher.cli", hosts, str(job), "--run-dir", str(run_dir),
            "--set", f"launch.port_range=[{lo}, {hi}]", *[f"--set={o}" for o in overrides]]
     out = subprocess.PIPE if capture else subprocess.DEVNULL if quiet else None
     return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=out, start_new_session=True,

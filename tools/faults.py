@@ -3,15 +3,23 @@
 each reported as: what happened, the time to detect, the time to recover (or to
 stop), and whether the job ended as it should.
 
-- `host-loss`: samplers on a second host whose roles are all killed and which
-  stops answering for 5 s (see `host_loss`): the job goes on, probes the host
-  with backoff, restarts its samplers when it answers, reaches its target, and
-  names the lost host in its summary.
+- `host-loss`: samplers on a second host, a network namespace (tools/netns.py),
+  which crashes (every process in it killed, its link down) and boots 5 s later:
+  the job goes on, probes the host with backoff, restarts its samplers when it
+  answers, reaches its target, and names the lost host in its summary.
+- `partition`: the same two namespace hosts cut off from each other for longer
+  than heartbeat x liveness, then healed: the registry drops the unreachable
+  samplers, the rest carry on, the samplers register again and ship experience
+  after the heal, the job reaches its target; fragments sent and received are
+  counted, and nothing may be left running on either host.
 - `disk-full`: the run folder on a small tmpfs (needs root to mount); once the
   learner has written a checkpoint, another process fills the disk. The job must
   keep going (roles lose their logs, checkpoints are skipped, none half-written),
   say ENOSPC with a path on stderr, and on SIGTERM stop within `launch.grace_s`
   plus a few seconds with exit code 130 and its summary (summary.json, or stdout).
+
+The namespace scenarios need root, `ip netns`, sshd and the ssh client; each
+reports `"ran": false` with the reason where they are missing.
 
     sudo python tools/faults.py                 # every scenario
     sudo python tools/faults.py --scenarios disk-full
@@ -31,7 +39,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools._jobs import events, start  # noqa: E402
-from tools.fake_ssh import lose_host  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "configs" / "cartpole_ppo.toml"
@@ -102,54 +109,156 @@ def _loads(path: Path) -> bool:
         return False
 
 
-def host_loss(tmp: Path) -> dict:
-    """Samplers on a second host (a loopback address reached through
-    tools/fake_ssh.py, which fails as ssh does while the host is marked down):
-    the host is lost with its roles, comes back 5 s later."""
-    import os
+def _final(run: Path, prefix: str, key: str) -> float:
+    """The sum over members named `prefix`* of `key` in each one's last metrics."""
+    total = 0.0
+    for path in (run / "logs").glob(f"{prefix}*.jsonl"):
+        got = [e[key] for e in events(path) if e.get("event") == "metrics" and key in e]
+        total += got[-1] if got else 0
+    return total
 
-    bin_dir, down = tmp / "bin", tmp / "down"
-    bin_dir.mkdir()
-    down.mkdir()
-    (bin_dir / "ssh").symlink_to(ROOT / "tools" / "fake_ssh.py")
-    os.environ["PATH"] = f"{bin_dir}:{os.environ['PATH']}"
-    os.environ["FAKE_SSH_DOWN"] = str(down)
-    hosts = tmp / "hosts.txt"
-    hosts.write_text("127.0.0.2 roles=registry,learner,replay,evaluator,sampler\n"
-                     "127.0.0.3 roles=sampler\n")
-    run = tmp / "hostloss"
-    p = start(JOB, run, [f'launch.python="{sys.executable}"', f'launch.workdir="{ROOT}"',
-                         # no early stop: the target must not come before the loss does
-                         "training.total_timesteps=100000"], hosts=str(hosts), capture=True)
-    log = run / "logs" / "launcher.jsonl"
 
-    def first(event: str):
-        got = [e["ts"] for e in events(log) if e.get("event") == event]
+class _LabJob:
+    """The main job on two namespace hosts (tools/netns.py): everything on host 0,
+    samplers on both; the launcher runs inside host 0."""
+
+    def __init__(self, lab, tmp: Path, name: str, overrides: list[str]):
+        self.lab, self.run = lab, tmp / name
+        hosts = tmp / f"hosts-{name}.txt"
+        hosts.write_text(f"{lab.addresses[0]} roles=registry,learner,replay,evaluator,sampler\n"
+                         f"{lab.addresses[1]} roles=sampler\n")
+        self.p = start(JOB, self.run, [*lab.job_overrides(sys.executable, str(ROOT)),
+                                       *overrides], hosts=str(hosts), capture=True,
+                       wrap=lab.wrap(0))
+
+    def log(self, who: str) -> list[dict]:
+        return events(self.run / "logs" / f"{who}.jsonl")
+
+    def first(self, who: str, event: str, after: float = 0.0, **match):
+        """When `who` first logged `event` after `after` with fields equal to `match`."""
+        got = [e["ts"] for e in self.log(who) if e.get("event") == event and e["ts"] > after
+               and all(e.get(k) == v for k, v in match.items())]
         return got[0] if got else None
 
-    _wait(lambda: any(e.get("event") == "metrics" and e.get("learner/env_steps", 0) > 0
-                      for e in events(run / "logs" / "learner-0.jsonl")), 180)
-    t_lost = time.time()
-    lose_host(down, "127.0.0.3")
-    _wait(lambda: first("host_lost"), 60)
-    time.sleep(5)
-    (down / "127.0.0.3").unlink()
-    t_heal = time.time()
-    _wait(lambda: first("host_back"), 120)
-    out, err = p.communicate(timeout=600)
-    summary = json.loads((run / "summary.json").read_text())
-    lost, back = first("host_lost"), first("host_back")
+    def away(self) -> list[str]:
+        """The members the launcher started on host 1."""
+        there = self.lab.addresses[1]
+        return sorted({e["member"] for e in self.log("launcher")
+                       if e.get("event") == "role_started" and e.get("host") == there})
+
+    def shipped(self, member: str, after: float = 0.0) -> int:
+        got = [e.get("sampler/fragments", 0) for e in self.log(member)
+               if e.get("event") == "metrics" and e["ts"] > after]
+        return max(got, default=0)
+
+    def training(self) -> bool:
+        return bool(self.away()) and all(self.shipped(m) > 0 for m in self.away())
+
+    def finish(self, timeout: float) -> tuple[int, str, dict]:
+        try:
+            _, err = self.p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            import os
+
+            os.killpg(self.p.pid, signal.SIGKILL)
+            _, err = self.p.communicate()
+        try:
+            summary = json.loads((self.run / "summary.json").read_text())
+        except (OSError, ValueError):
+            summary = {}
+        return self.p.returncode, err, summary
+
+
+def _lab(tmp: Path, scenario: str):
+    from tools.netns import Lab, unavailable
+
+    why = unavailable()
+    return (None, {"scenario": scenario, "ran": False, "why": why}) if why else \
+        (Lab(tmp / f"lab-{scenario}", hosts=2), None)
+
+
+def host_loss(tmp: Path) -> dict:
+    """Host 1 (a network namespace holding samplers) crashes: its link goes down and
+    every process in it dies; 5 s later it boots (link up, a fresh sshd)."""
+    lab, skipped = _lab(tmp, "host-loss")
+    if skipped:
+        return skipped
+    with lab:
+        job = _LabJob(lab, tmp, "hostloss", ["training.total_timesteps=100000"])
+        _wait(job.training, 180)
+        away, t_lost = job.away(), time.time()
+        lab.lose(1)
+        _wait(lambda: job.first("launcher", "host_lost"), 60)
+        time.sleep(5)
+        lab.boot(1)
+        t_boot = time.time()
+        _wait(lambda: job.first("launcher", "host_back"), 120)
+        rc, err, summary = job.finish(600)
+        lost, back = job.first("launcher", "host_lost"), job.first("launcher", "host_back")
+        left = lab.strays(1)
     return {"scenario": "host-loss", "ran": True,
-            "happened": "every role on 127.0.0.3 killed and the host unreachable for 5 s",
+            "happened": f"host 1 ({lab.addresses[1]}: {', '.join(away)}) crashed: link down, "
+                        "every process killed; it booted 5 s later",
             "detect_s": round(lost - t_lost, 2) if lost else None,
-            "recover_s": round(back - t_heal, 2) if back else None,
-            "exit_code": p.returncode, "lost_hosts": summary.get("lost_hosts"),
+            "recover_s": round(back - t_boot, 2) if back else None,
+            "exit_code": rc, "lost_hosts": summary.get("lost_hosts"),
             "best_eval_return": summary.get("best_eval_return"),
-            "ended_as_it_should": bool(p.returncode == 0 and summary.get("lost_hosts")
+            "left_running_on_host_1": left,
+            "ended_as_it_should": bool(rc == 0 and not left and summary.get("lost_hosts")
                                        and (summary.get("best_eval_return") or 0) >= 475)}
 
 
-SCENARIOS = {"disk-full": disk_full, "host-loss": host_loss}
+def partition(tmp: Path, cut_s: float = 0.0, budget: int = 100_000) -> dict:
+    """Host 1 (samplers) and host 0 (everything else) cannot reach each other for
+    `cut_s` (default: heartbeat x liveness + 4 s), then the link heals; the job runs
+    `budget` env steps (no early stop: the target must not come before the cut)."""
+    lab, skipped = _lab(tmp, "partition")
+    if skipped:
+        return skipped
+    hb, liveness = 1.0, 3
+    cut_s = cut_s or hb * liveness + 4
+    with lab:
+        job = _LabJob(lab, tmp, "partition", [f"training.total_timesteps={budget}",
+                                               f"launch.heartbeat_interval_s={hb}",
+                                               f"launch.heartbeat_liveness={liveness}"])
+        _wait(job.training, 180)
+        away = job.away()
+        before = {m: job.shipped(m) for m in away}
+        t_cut = time.time()
+        lab.partition(1)
+        dropped = lambda: [job.first("registry", "member_left", t_cut, member=m)  # noqa: E731
+                           for m in away]
+        _wait(lambda: all(dropped()), cut_s)
+        time.sleep(max(0.0, cut_s - (time.time() - t_cut)))
+        lab.heal(1)
+        t_heal = time.time()
+        back = lambda: [job.first("registry", "member_joined", t_heal, member=m)  # noqa: E731
+                        for m in away]
+        resumed = lambda: all(job.shipped(m, t_heal) > before[m] for m in away)  # noqa: E731
+        _wait(lambda: all(back()) and resumed(), 120)
+        t_resumed = time.time() if resumed() else None
+        rc, err, summary = job.finish(600)
+        left = lab.strays(1)
+        sent = _final(job.run, "sampler-", "sampler/fragments")
+        got = _final(job.run, "replay-", "replay/inserts") + \
+            _final(job.run, "replay-", "replay/rejected")
+    detected = [t for t in dropped() if t]
+    rejoined = [t for t in back() if t]
+    return {"scenario": "partition", "ran": True,
+            "happened": f"host 1 ({lab.addresses[1]}: {', '.join(away)}) cut off from host 0 "
+                        f"for {cut_s:.0f} s (heartbeat {hb} s x liveness {liveness})",
+            "detect_s": round(max(detected) - t_cut, 2) if len(detected) == len(away) else None,
+            "rejoin_s": round(max(rejoined) - t_heal, 2) if len(rejoined) == len(away) else None,
+            "recover_s": round(t_resumed - t_heal, 2) if t_resumed else None,
+            "fragments_sent": int(sent), "fragments_received": int(got),
+            "fragments_lost": int(sent - got), "exit_code": rc,
+            "best_eval_return": summary.get("best_eval_return"),
+            "left_running_on_host_1": left,
+            "ended_as_it_should": bool(rc == 0 and t_resumed and not left
+                                       and (summary.get("best_eval_return") or 0) >= 475)}
+
+
+SCENARIOS = {"disk-full": disk_full, "host-loss": host_loss, "partition": partition}
 
 
 def main() -> None:

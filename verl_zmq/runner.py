@@ -104,8 +104,13 @@ def make_transport(ctx: zmq.asyncio.Context, job: Job, host: str, keys: CurveKey
         log.warning("auth_denied", client_key=key[:40], mechanism="CURVE")
 
     lo, hi = job.launch.port_range
+    L = job.launch
+    # a connection counts as dead after the registry's own liveness period, but never
+    # sooner than 3 s: a process starved of CPU that long on a busy machine is alive
     return Transport(ctx, host=host, port_range=(lo, hi), keys=keys, inproc=inproc,
-                     on_denied=denied, reserved=frozenset({job.registry_port}))
+                     on_denied=denied, reserved=frozenset({job.registry_port}),
+                     heartbeat_s=L.heartbeat_interval_s,
+                     dead_after_s=max(3.0, L.heartbeat_interval_s * L.heartbeat_liveness))
 
 
 def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir: Path,

@@ -83,13 +83,20 @@ class Transport:
     def __init__(self, ctx: zmq.asyncio.Context, host: str = "127.0.0.1",
                  port_range: tuple[int, int] = (29500, 29999), keys: CurveKeys | None = None,
                  inproc: bool = False, on_denied: Callable[[str], None] | None = None,
-                 reserved: frozenset[int] = frozenset()):
+                 reserved: frozenset[int] = frozenset(), heartbeat_s: float = 0.0,
+                 dead_after_s: float = 0.0):
         self.ctx = ctx
         self.host = host
         self.port_range = port_range
         # ports of the range that ephemeral binds leave alone: the registry's, which
         # a member starting first (or while the registry restarts) would otherwise take
         self.reserved = reserved
+        # ZMTP heartbeats on every TCP connection (0: off): a connection silent for
+        # `dead_after_s` is closed and dialled again, so that after a partition heals
+        # traffic resumes at once instead of after TCP's retransmission backoff, and
+        # a peer that vanished without a FIN stops holding a pipe
+        self.heartbeat_ms = int(heartbeat_s * 1000)
+        self.dead_after_ms = int(dead_after_s * 1000)
         self.keys = None if inproc else keys
         self.inproc = inproc
         self.on_denied = on_denied
@@ -123,6 +130,13 @@ class Transport:
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.SNDHWM, hwm)
         s.setsockopt(zmq.RCVHWM, hwm)
+        if self.heartbeat_ms and not self.inproc:
+            s.setsockopt(zmq.HEARTBEAT_IVL, self.heartbeat_ms)
+            s.setsockopt(zmq.HEARTBEAT_TIMEOUT, self.dead_after_ms)
+            s.setsockopt(zmq.HEARTBEAT_TTL, self.dead_after_ms)
+            # a dial into a partition is given up after as long and tried afresh, so
+            # the first try after the heal is not a SYN in its exponential backoff
+            s.setsockopt(zmq.CONNECT_TIMEOUT, self.dead_after_ms)
         if kernel_buffer:
             s.setsockopt(zmq.SNDBUF, kernel_buffer)
             s.setsockopt(zmq.RCVBUF, kernel_buffer)

@@ -141,13 +141,14 @@ def ports():
 @pytest.fixture(scope="session")
 def cartpole_run(tmp_path_factory):
     """The README's main job as real processes, shared by every check that needs a
-    finished PPO run: it learns CartPole while sampler-1 is killed with -9."""
+    finished PPO run: it learns CartPole while sampler-1 is killed with -9, and ends
+    at 475 (the rest of its 100k-step budget would show nothing more)."""
     run = tmp_path_factory.mktemp("cartpole") / "run"
     lo, hi = free_port_range()
     proc = subprocess.Popen(
         [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"),
          str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(run),
-         "--set", f"launch.port_range=[{lo}, {hi}]"],
+         "--set", f"launch.port_range=[{lo}, {hi}]", "--set", "evaluation.stop_at_return=475"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True)
     killed = {}

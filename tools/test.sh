@@ -11,4 +11,4 @@ if ! command -v sshd >/dev/null && [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ]
 fi
 . .venv/bin/activate
 ruff check .
-python -m pytest -q --durations=15 "$@"
+python -m pytest -q -rs --durations=15 "$@"

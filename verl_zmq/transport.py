@@ -73,6 +73,14 @@ def curve_enabled(setting: bool | str, hosts: list[str]) -> bool:
     return bool(setting)
 
 
+def candidate_ports(lo: int, hi: int, reserved: frozenset[int] = frozenset(),
+                    limit: int | None = None) -> list[int]:
+    """The ports of [lo, hi] less `reserved`, in random order (at most `limit`): how
+    every ephemeral bind of a job (a socket, the learner group's store) picks its own."""
+    ports = [p for p in range(lo, hi + 1) if p not in reserved]
+    return random.sample(ports, len(ports) if limit is None else min(len(ports), limit))
+
+
 class Transport:
     """Makes, binds and connects the sockets of one role process.
 
@@ -169,8 +177,7 @@ class Transport:
 
     def _bind_random(self, s: zmq.asyncio.Socket, host: str) -> int:
         lo, hi = self.port_range
-        ports = [p for p in range(lo, hi + 1) if p not in self.reserved]
-        for port in random.sample(ports, min(len(ports), 200)):
+        for port in candidate_ports(lo, hi, self.reserved, 200):
             try:
                 s.bind(f"tcp://{host}:{port}")
                 return port

@@ -24,21 +24,20 @@ from __future__ import annotations
 
 import datetime
 import os
-import random
 import socket
 
 import torch
 import torch.distributed as dist
 
 from ..nets import flat_grad, set_flat_grad
+from ..transport import candidate_ports
 
 
 def free_port(host: str, lo: int, hi: int, reserved: frozenset[int] = frozenset()) -> int:
     """A port of [lo, hi] that nothing listens on now (the store binds it next); tried
     in random order, as the job's sockets take theirs."""
     bind = "" if host in ("*", "0.0.0.0") else host
-    ports = [p for p in range(lo, hi + 1) if p not in reserved]
-    for port in random.sample(ports, len(ports)):
+    for port in candidate_ports(lo, hi, reserved):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:

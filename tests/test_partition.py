@@ -20,7 +20,8 @@ def test_partition_is_noticed_and_training_resumes_after_the_heal(tmp_path):
         pytest.skip(f"namespace hosts cannot be made here: {why}")
     r = partition(tmp_path, budget=60_000)
     assert r["ran"], r
-    assert r["detect_s"] is not None, r  # every sampler of host 1 dropped by the registry
+    # every sampler of host 1 dropped by the registry, within liveness and some slack
+    assert r["detect_s"] is not None and r["detect_s"] <= r["liveness_s"] + 10, r
     assert r["rejoin_s"] is not None and r["recover_s"] is not None, r  # back and shipping
     assert r["exit_code"] == 0 and r["best_eval_return"] >= 475, r
     assert r["left_running_on_host_1"] == [], r

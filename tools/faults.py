@@ -228,7 +228,9 @@ def partition(tmp: Path, cut_s: float = 0.0, budget: int = 100_000) -> dict:
         lab.partition(1)
         dropped = lambda: [job.first("registry", "member_left", t_cut, member=m)  # noqa: E731
                            for m in away]
-        _wait(lambda: all(dropped()), cut_s)
+        # the cut lasts cut_s, or until the registry has dropped them if that is later
+        # (a busy machine): what is measured is the rejoining of dropped members
+        _wait(lambda: all(dropped()), cut_s + 20)
         time.sleep(max(0.0, cut_s - (time.time() - t_cut)))
         lab.heal(1)
         t_heal = time.time()
@@ -246,7 +248,8 @@ def partition(tmp: Path, cut_s: float = 0.0, budget: int = 100_000) -> dict:
     rejoined = [t for t in back() if t]
     return {"scenario": "partition", "ran": True,
             "happened": f"host 1 ({lab.addresses[1]}: {', '.join(away)}) cut off from host 0 "
-                        f"for {cut_s:.0f} s (heartbeat {hb} s x liveness {liveness})",
+                        f"for {t_heal - t_cut:.1f} s (heartbeat {hb} s x liveness {liveness})",
+            "liveness_s": hb * liveness,
             "detect_s": round(max(detected) - t_cut, 2) if len(detected) == len(away) else None,
             "rejoin_s": round(max(rejoined) - t_heal, 2) if len(rejoined) == len(away) else None,
             "recover_s": round(t_resumed - t_heal, 2) if t_resumed else None,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from verl_zmq.algos.ppo import clipped_surrogate, compute_gae
-from verl_zmq.normalize import RunningMeanStd
+from verl_zmq.normalize import RunningMeanStd, discounted_returns, scale_rewards
 
 
 def _col(*xs, dtype=np.float32):
@@ -130,6 +130,28 @@ def test_normaliser_stats_travel_as_arrays():
     assert other.load_arrays(r.to_arrays())
     np.testing.assert_allclose(other.mean, [2.0, 4.0])
     assert not other.load_arrays({"obs_rms/mean": np.zeros(3)})
+
+
+def test_discounted_returns_restart_after_an_episode_end():
+    r = np.array([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]])
+    done = np.array([[False, False], [True, False], [False, False]])
+    out = discounted_returns(r, done, 0.5)
+    # column 0: 1, 1 + 0.5, then a new episode; column 1: 2, 3, 3.5
+    assert np.allclose(out[:, 0], [1.0, 1.5, 1.0]) and np.allclose(out[:, 1], [2.0, 3.0, 3.5])
+
+
+def test_rewards_are_scaled_by_the_running_std_of_returns():
+    rng = np.random.default_rng(0)
+    rms = RunningMeanStd(())
+    for _ in range(20):
+        T, N = 64, 4
+        batch = {"reward": rng.normal(5.0, 3.0, (T, N)).astype(np.float32),
+                 "terminated": rng.random((T, N)) < 0.05, "truncated": np.zeros((T, N), bool),
+                 "valid": np.ones((T, N), bool)}
+        out = scale_rewards(batch, rms, 0.99, 10.0)
+    assert out["reward"].dtype == np.float32 and out["reward"] is not batch["reward"]
+    assert np.allclose(out["reward"], np.clip(batch["reward"] / np.sqrt(rms.var + 1e-8), -10, 10))
+    assert rms.count == 20 * 64 * 4 and np.sqrt(rms.var) > 3.0  # returns vary more than rewards
 
 
 def test_double_dqn_target_by_hand():

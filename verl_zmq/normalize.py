@@ -1,7 +1,10 @@
 """Observation normalisation with running mean/std whose statistics travel with
 the params: samplers report each fragment's raw moments, the learner merges
 them (Chan et al.'s parallel algorithm) and publishes the merged statistics,
-so samplers and the evaluator normalise alike."""
+so samplers and the evaluator normalise alike. Reward scaling (on-policy
+learners) is the learner's alone: rewards divided by the running standard
+deviation of discounted returns, as gymnasium's NormalizeReward and SB3's
+VecNormalize do."""
 
 from __future__ import annotations
 
@@ -71,3 +74,29 @@ def moments(x: np.ndarray, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
     flat = x.reshape(-1, *shape).astype(np.float64)
     return {"rms_mean": flat.mean(0), "rms_var": flat.var(0),
             "rms_count": np.array([flat.shape[0]], np.float64)}
+
+
+def discounted_returns(reward: np.ndarray, done: np.ndarray, gamma: float) -> np.ndarray:
+    """[T, N] returns accumulated forward within a batch, ret_t = gamma * ret_{t-1} *
+    (1 - done_{t-1}) + r_t, starting at 0 at the batch's first step: what the
+    reward scale is estimated from (each column is one env's consecutive steps)."""
+    out = np.empty(reward.shape, np.float64)
+    ret = np.zeros(reward.shape[1:], np.float64)
+    for t in range(reward.shape[0]):
+        ret = ret * gamma + reward[t]
+        out[t] = ret
+        ret = np.where(done[t], 0.0, ret)
+    return out
+
+
+def scale_rewards(batch: dict, rms: RunningMeanStd, gamma: float, clip: float) -> dict:
+    """The batch with its rewards divided by the returns' running standard deviation
+    (after folding this batch's returns into `rms`) and clipped to +-clip."""
+    reward = np.asarray(batch["reward"], np.float64)
+    done = np.asarray(batch["terminated"], bool) | np.asarray(batch["truncated"], bool)
+    valid = np.asarray(batch.get("valid", np.ones(reward.shape, bool)), bool)
+    rets = discounted_returns(np.where(valid, reward, 0.0), done | ~valid, gamma)
+    if valid.any():
+        rms.update(rets[valid])
+    scaled = np.clip(reward / np.sqrt(rms.var + 1e-8), -clip, clip).astype(np.float32)
+    return {**batch, "reward": scaled}

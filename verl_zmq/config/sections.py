@@ -31,6 +31,9 @@ class Environment:
     vectorization: Literal["auto", "native", "sync"] = "auto"  # auto: native when it exists
     normalize_obs: bool = False  # running mean/std, merged by the learner, sent with params
     clip_obs: float = 10.0  # normalised observations are clipped to +-clip_obs
+    # on-policy learners: rewards divided by the running std of discounted returns
+    normalize_reward: bool = False
+    clip_reward: float = 10.0  # scaled rewards are clipped to +-clip_reward
     reward_fn: str = ""  # "module:function" applied to (obs, action, reward, next_obs)
     record_video: str = ""  # evaluator: folder for videos of its first eval episode
     step_timeout_s: float = 0.0  # > 0: envs step in worker processes; a slower step is a hang

@@ -28,7 +28,7 @@ from ..config import Job, dumps_job
 from ..envs import EnvSpec
 from ..files import clean_temporaries, free_mb
 from ..log import write_failed
-from ..normalize import RunningMeanStd
+from ..normalize import RunningMeanStd, scale_rewards
 from .state import TrainState
 
 Hook = Callable[[], Awaitable[None]]
@@ -58,6 +58,7 @@ class Trainer:
         self.sum_steps, self.primary = sum_steps, primary
         self.checkpoint_dir = checkpoint_dir
         self.rms = RunningMeanStd(spec.obs_shape)
+        self.ret_rms = RunningMeanStd(())  # environment.normalize_reward (on-policy)
         norm = job.environment.normalize_obs
         # demonstrations are raw observations: they are normalised like the fragments
         transform = (lambda x: self.rms.normalize(x, job.environment.clip_obs)) if norm else None
@@ -95,6 +96,9 @@ class Trainer:
         """One update in a worker thread (heartbeats and receiving go on meanwhile)."""
         steps, total = self.state.env_steps, self.job.training.total_timesteps
         at = Progress(env_steps=steps, fraction=min(1.0, steps / total))
+        E = self.job.environment
+        if E.normalize_reward and self.algo.on_policy:
+            batch = scale_rewards(batch, self.ret_rms, self.algo.params.gamma, E.clip_reward)
         t0 = time.monotonic()
         learned = await asyncio.to_thread(self.algo.learn, batch, at)
         dt = time.monotonic() - t0
@@ -163,6 +167,8 @@ class Trainer:
                                self.algo.policy_arrays(), self.rms.to_arrays()),
                 "algo": self.algo.state_dict(), "env_steps": s.env_steps,
                 "version": s.version, "updates": self.algo.updates,
+                "ret_rms": {k: torch.as_tensor(v) for k, v in
+                            self.ret_rms.to_arrays("ret_rms/").items()},
                 "torch_rng": torch.get_rng_state(),
                 "numpy_rng": json.dumps(self.rng.bit_generator.state)}
 
@@ -197,6 +203,9 @@ class Trainer:
         self.state.env_steps = int(state["env_steps"])
         self.state.version = int(state["version"])
         self.rms.load_arrays({k: v.numpy() for k, v in state["rms"].items()})
+        if "ret_rms" in state:
+            self.ret_rms.load_arrays({k: v.numpy() for k, v in state["ret_rms"].items()},
+                                     "ret_rms/")
         torch.set_rng_state(state["torch_rng"])
         if "numpy_rng" in state:
             self.rng.bit_generator.state = json.loads(state["numpy_rng"])

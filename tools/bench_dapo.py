@@ -15,6 +15,8 @@ resolutions are equal):
                update instead of gradients (local SGD with a period of one update)
   dapo-pull    (on request) the earlier DAPO job: each peer updates on 256 of its
                own steps, reward-softmax pulls from 2 neighbours every 4 updates
+  dapo-symmetric (on request) the DAPO job with clip_high = clip_low = 0.2 (PPO's
+               clip): pooling apart from DAPO's clip-higher change
 
 Printed per run: total env steps (all trainers together) and wall seconds from
 the first env step until the first trainer and until every trainer reached the
@@ -72,6 +74,9 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "ppo-x4": _ppo(1024),
     "dapo-exact": (DAPO_JOB, [*BASE, 'gossip.mixing="exact"', "gossip.sync_interval=1"]),
     "dapo-pull": (DAPO_JOB, PULL),
+    # DAPO's decoupled clip made symmetric (0.2, PPO's): pooling measured apart from
+    # the clip-higher change to the algorithm
+    "dapo-symmetric": (DAPO_JOB, [*BASE, "algorithm.params.clip_high=0.2"]),
 }
 DEFAULT_ARMS = ["dapo", "dapo-alone", "ppo", "ppo-x4"]
 # a second task, with continuous actions: the same arms with these overrides on top

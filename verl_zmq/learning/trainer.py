@@ -23,7 +23,7 @@ from .. import wire
 from ..algos import make_algorithm
 from ..algos.base import GradReduce, Learned, Progress
 from ..checkpoint import load as load_checkpoint
-from ..checkpoint import policy_state, write_checkpoint
+from ..checkpoint import numpy_state, policy_state, write_checkpoint
 from ..config import Job, dumps_job
 from ..envs import EnvSpec
 from ..files import clean_temporaries, free_mb
@@ -167,8 +167,7 @@ class Trainer:
                                self.algo.policy_arrays(), self.rms.to_arrays()),
                 "algo": self.algo.state_dict(), "env_steps": s.env_steps,
                 "version": s.version, "updates": self.algo.updates,
-                "ret_rms": {k: torch.as_tensor(v) for k, v in
-                            self.ret_rms.to_arrays("ret_rms/").items()},
+                "ret_rms": numpy_state(self.ret_rms.to_arrays("ret_rms/")),
                 "torch_rng": torch.get_rng_state(),
                 "numpy_rng": json.dumps(self.rng.bit_generator.state)}
 

@@ -30,6 +30,11 @@ def _features(spec, policy) -> tuple[nn.Module | None, int]:
     return encoder(policy.encoder, tuple(spec.obs_shape))
 
 
+def _embed(enc: nn.Module | None, obs: torch.Tensor) -> torch.Tensor:
+    """What the MLP takes: the encoder's features, or the flattened observations."""
+    return enc(obs) if enc is not None else obs.flatten(1)
+
+
 class SquashedGaussian(nn.Module):
     """pi(a|s): tanh(N(mu(s), sigma(s))) with the log-probability of the squashed sample."""
 
@@ -38,11 +43,8 @@ class SquashedGaussian(nn.Module):
         self.enc, n = _features(spec, policy)
         self.net = mlp(n, policy.hidden_sizes, 2 * spec.n_actions, "relu")
 
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.enc(obs) if self.enc is not None else obs.flatten(1)
-
     def forward(self, obs: torch.Tensor, deterministic: bool = False):
-        mu, log_std = self.net(self.features(obs)).chunk(2, -1)
+        mu, log_std = self.net(_embed(self.enc, obs)).chunk(2, -1)
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         u = mu if deterministic else mu + log_std.exp() * torch.randn_like(mu)
         a = torch.tanh(u)
@@ -54,7 +56,7 @@ class SquashedGaussian(nn.Module):
 
     def log_prob_of(self, obs: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """log pi(a | obs) of given squashed actions a in (-1, 1) (demonstrations)."""
-        mu, log_std = self.net(self.features(obs)).chunk(2, -1)
+        mu, log_std = self.net(_embed(self.enc, obs)).chunk(2, -1)
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         a = a.clamp(-1 + 1e-6, 1 - 1e-6)
         u = torch.atanh(a)
@@ -73,8 +75,7 @@ class TwinQ(nn.Module):
         self.q2 = mlp(n + spec.n_actions, policy.hidden_sizes, 1, "relu")
 
     def forward(self, obs, act):
-        f = self.enc(obs) if self.enc is not None else obs.flatten(1)
-        x = torch.cat([f, act], -1)
+        x = torch.cat([_embed(self.enc, obs), act], -1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -158,8 +159,6 @@ class _LabJob:
         try:
             _, err = self.p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            import os
-
             os.killpg(self.p.pid, signal.SIGKILL)
             _, err = self.p.communicate()
         try:

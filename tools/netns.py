@@ -9,7 +9,7 @@ Only namespaces and addresses this lab creates are ever used; everything is
 removed by `close()`. Needs root (`ip netns`), sshd and the ssh client.
 
     with Lab(tmp, hosts=2) as lab:
-        lab.exec(0, [python, "-m", "launcher.cli", ...])   # a Popen inside host 0
+        subprocess.Popen([*lab.wrap(0), python, "-m", "launcher.cli", ...])  # in host 0
         lab.partition(1); ...; lab.heal(1)
 """
 
@@ -160,13 +160,9 @@ class Lab:
         return [f"launch.ssh_options={json.dumps(self.ssh_options)}",
                 f'launch.python="{python}"', f'launch.workdir="{workdir}"']
 
-    def exec(self, i: int, argv: list[str], **kw):
-        """Run `argv` inside host i: a CompletedProcess with `capture_output` or
-        `timeout` given, else a Popen."""
-        argv = [*self.wrap(i), *argv]
-        if "capture_output" in kw or "timeout" in kw:
-            return subprocess.run(argv, **kw)
-        return subprocess.Popen(argv, **kw)
+    def exec(self, i: int, argv: list[str], **kw) -> subprocess.CompletedProcess:
+        """Run `argv` inside host i to its end (`subprocess.run` keywords)."""
+        return subprocess.run([*self.wrap(i), *argv], **kw)
 
     def partition(self, i: int) -> None:
         """Host i and host 0 stop reaching each other (host i's link goes down)."""

@@ -103,8 +103,8 @@ def make_transport(ctx: zmq.asyncio.Context, job: Job, host: str, keys: CurveKey
     def denied(key: str) -> None:
         log.warning("auth_denied", client_key=key[:40], mechanism="CURVE")
 
-    lo, hi = job.launch.port_range
     L = job.launch
+    lo, hi = L.port_range
     # a connection counts as dead after the registry's own liveness period, but never
     # sooner than 3 s: a process starved of CPU that long on a busy machine is alive
     return Transport(ctx, host=host, port_range=(lo, hi), keys=keys, inproc=inproc,

@@ -102,6 +102,33 @@ def test_experience_travels_packed_and_is_forwarded_as_it_came():
         np.testing.assert_array_equal(again.arrays[k], v)
 
 
+def test_arena_columns_travel_as_the_packed_form_without_a_copy():
+    frag = {"obs": np.arange(30, dtype=np.float32).reshape(3, 2, 5),
+            "done": np.array([[True, False]] * 3), "action": np.arange(6).reshape(3, 2)}
+    arena = wire.Arena([(k, v.dtype, v.shape) for k, v in frag.items()])
+    blob, cols = arena.columns()
+    for k, v in frag.items():
+        cols[k][...] = v  # written in place
+    rest = {"ep_return": np.array([1.5, 2.0]), "scalar": np.float64(3.0)}
+    arrays = arena.message_arrays(blob, cols, rest)
+    assert arrays["obs"] is cols["obs"] and set(arrays) == {*frag, *rest}
+    frames = wire.encode(wire.Fragment(version=2, arrays=arrays))
+    h = msgpack.unpackb(frames[0])
+    # the layout the generic encoder builds for the same columns, and the arena's
+    # own buffer as the packed frame: nothing copied
+    assert h["p"][0] == _packed(**frag)[0]["p"][0] and frames[h["p"][1]] is blob
+    out = wire.decode([bytes(f) for f in frames])
+    for k, v in {**frag, **rest}.items():
+        np.testing.assert_array_equal(out.arrays[k], v)
+        assert out.arrays[k].dtype == np.asarray(v).dtype
+    a2, _ = arena.columns()
+    assert a2 is not blob  # a fresh buffer each time: the last may be in flight
+    with pytest.raises(ValueError, match="also a column"):
+        arena.message_arrays(blob, cols, {"obs": np.zeros(2)})
+    with pytest.raises(ValueError, match="cannot travel"):
+        wire.Arena([("s", np.dtype("U3"), (2,))])
+
+
 @pytest.mark.parametrize("change, why", [
     (lambda h, f: h["p"].__setitem__(0, b"junk"), "packed layout"),
     (lambda h, f: h["p"].__setitem__(0, msgpack.packb([["x", "|O", [2]]])), "not allowed"),

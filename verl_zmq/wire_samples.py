@@ -33,6 +33,18 @@ def cartpole_fragment(T: int = 128, E: int = 8, seed: int = 0) -> dict[str, np.n
     }
 
 
+def as_sampler_ships(arrays: dict[str, np.ndarray],
+                     varying: tuple[str, ...] = ("ep_return", "ep_length")) -> wire.LazyArrays:
+    """The same arrays as a sampler ships them: the fixed columns in one arena
+    buffer (a sampler writes them there while it steps; here they are copied in),
+    the `varying` ones beside it."""
+    arena = wire.Arena([(k, v.dtype, v.shape) for k, v in arrays.items() if k not in varying])
+    blob, cols = arena.columns()
+    for k, v in cols.items():
+        v[...] = arrays[k]
+    return arena.message_arrays(blob, cols, {k: arrays[k] for k in varying if k in arrays})
+
+
 def params_arrays(nbytes: int = 1 << 20, seed: int = 0) -> dict[str, np.ndarray]:
     """About `nbytes` of float32 weights in a few tensors, like a policy's state dict."""
     rng = np.random.default_rng(seed)

@@ -52,6 +52,7 @@ class Collector:
         self.job_steps = 0  # the job's env steps as this sampler estimates them (collect)
         self.swaps = 0
         self.rejected_params = 0
+        self._arena: tuple[tuple, wire.Arena] | None = None
 
     def _obs(self, raw: np.ndarray) -> np.ndarray:
         """What the policy sees and the fragment holds: normalised floats, float32, or
@@ -110,51 +111,61 @@ class Collector:
         self.steps += 1
         return ok, np.where(ok, r, 0.0), te & ok, tr & ok
 
-    def collect(self) -> tuple[dict[str, np.ndarray], int]:
-        """One fragment: T steps x E envs. Returns (arrays, oldest policy version used)."""
-        T, E = self.T, self.E
+    def _columns(self, a: np.ndarray, ex: dict) -> wire.Arena:
+        """The fragment's fixed columns, laid out as they travel (one per action
+        shape and dtype: the same fragment after fragment)."""
+        T, E, shape = self.T, self.E, self.algo.spec.obs_shape
+        key = (a.dtype.str, a.shape, tuple((k, np.shape(ex[k])) for k in self.algo.extras))
+        if self._arena is None or self._arena[0] != key:
+            cols = [("obs", self.obs_dtype, (T, E, *shape)), ("action", a.dtype, (T, *a.shape)),
+                    ("terminated", bool, (T, E)), ("truncated", bool, (T, E)),
+                    ("valid", bool, (T, E)), ("reward", np.float32, (T, E))]
+            cols += [(k, np.float32, (T, E)) for k in self.algo.extras]
+            cols += [(bootstrap("obs"), self.obs_dtype, (E, *shape))]
+            cols += [(bootstrap(k), np.float32, np.shape(ex[k])) for k in self.algo.extras]
+            self._arena = (key, wire.Arena(cols))
+        return self._arena[1]
+
+    def collect(self) -> tuple[wire.LazyArrays, int]:
+        """One fragment: T steps x E envs, written in place into the buffer it is
+        sent in. Returns (arrays, oldest policy version used)."""
+        T = self.T
         # exploration schedules read it; fixed for the fragment
-        self.job_steps = self.steps * E * self.job.sampling.num_workers
+        self.job_steps = self.steps * self.E * self.job.sampling.num_workers
         shape = self.algo.spec.obs_shape
-        obs = np.empty((T, E, *shape), self.obs_dtype)
-        raw_all = np.empty((T, E, *shape), np.float32) if self.norm else None
-        cols = {k: np.empty((T, E), np.float32) for k in ("reward", *self.algo.extras)}
-        term = np.empty((T, E), bool)
-        trunc = np.empty((T, E), bool)
-        valid = np.empty((T, E), bool)
-        actions = None
+        raw_all = np.empty((T, self.E, *shape), np.float32) if self.norm else None
         finished_ret, finished_len = [], []
         min_version = None
-        sync_every = max(1, self.job.sampling.sync_interval_steps // E)  # in vector steps
+        sync_every = max(1, self.job.sampling.sync_interval_steps // self.E)  # vector steps
         for t in range(T):
             if t == 0 or self.steps % sync_every == 0:
                 self.swap()
             o = self._obs(self.raw_obs)
-            obs[t] = o
             if raw_all is not None:
                 raw_all[t] = self.raw_obs
             a, ex, v = self._act(o)
+            if t == 0:
+                arena = self._columns(a, ex)
+                blob, c = arena.columns()
             min_version = v if min_version is None else min(min_version, v)
-            if actions is None:
-                actions = np.empty((T, *a.shape), a.dtype)
-            actions[t] = a
+            c["obs"][t] = o
+            c["action"][t] = a
             for k in self.algo.extras:
-                cols[k][t] = ex[k]
-            valid[t], cols["reward"][t], term[t], trunc[t] = self._step(
+                c[k][t] = ex[k]
+            c["valid"][t], c["reward"][t], c["terminated"][t], c["truncated"][t] = self._step(
                 a, finished_ret, finished_len)
         boot = self._obs(self.raw_obs)
         a, ex = self.algo.act(boot, env_steps=self.job_steps)
         self.cached = (a, ex, self.version)  # the next fragment's first action
-        arrays = {"obs": obs, "action": actions, "terminated": term, "truncated": trunc,
-                  "valid": valid, **cols, bootstrap("obs"): boot,
-                  "ep_return": np.array(finished_ret, np.float64),
-                  "ep_length": np.array(finished_len, np.int64)}
+        c[bootstrap("obs")][...] = boot
         for k in self.algo.extras:
-            arrays[bootstrap(k)] = np.asarray(ex[k], np.float32)
+            c[bootstrap(k)][...] = ex[k]
+        rest = {"ep_return": np.array(finished_ret, np.float64),
+                "ep_length": np.array(finished_len, np.int64)}
         if raw_all is not None:
-            arrays.update(moments(raw_all, shape))
-        arrays.update(self.algo.finish_fragment(arrays))
-        return arrays, int(min_version)
+            rest.update(moments(raw_all, shape))
+        rest.update(self.algo.finish_fragment({**c, **rest}))
+        return arena.message_arrays(blob, c, rest), int(min_version)
 
 
 def _follow(sock, current: dict[str, str], wanted: dict[str, str], log, what: str) -> bool:

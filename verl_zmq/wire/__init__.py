@@ -19,9 +19,11 @@ else, for anything malformed: nothing a peer sends is unpickled, evaluated or
 decoded through msgpack ext hooks.
 
 Split by concern: `messages` (the kinds and limits), `schema` (field
-validators), `codec` (encode and decode).
+validators), `codec` (encode and decode), `arena` (columns written in place in
+the buffer a packed message sends).
 """
 
+from .arena import Arena as Arena
 from .codec import decode as decode
 from .codec import encode as encode
 from .messages import *  # noqa: F403 - the kinds, limits and errors are the wire's API

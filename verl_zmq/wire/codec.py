@@ -67,11 +67,11 @@ def encode(msg: Message, t: float | None = None) -> list:
             if packed is not None:
                 packed = [packed[0], len(frames)]
                 frames.append(arrays.packed[1])
-            for name, dt, shape, buf in arrays.raw(unpacked_only=True):
+            for name, (dt, shape, buf) in arrays.unpacked():
                 if len(buf) <= INLINE_MAX:
-                    specs.append((name, dt, shape, bytes(buf)))
+                    specs.append((name, dt.str, shape, bytes(buf)))
                 else:
-                    specs.append((name, dt, shape, len(frames)))
+                    specs.append((name, dt.str, shape, len(frames)))
                     frames.append(buf)
         elif kind in _PACK_KINDS and (packed := _pack(arrays, frames, specs)) is not None:
             pass
@@ -216,8 +216,12 @@ def _decode(frames) -> Message:  # noqa: C901 - a linear list of checks
         raise WireError("expected a non-empty list of frames")
     if len(frames) > MAX_ARRAYS + 1:
         raise WireError(f"too many frames: {len(frames)}")
-    bufs = [_buffer(f) for f in frames]
-    if sum(b.nbytes for b in bufs) > MAX_MESSAGE_BYTES:
+    bufs, total = [], 0
+    for f in frames:
+        b = memoryview(f) if type(f) is bytes else _buffer(f)
+        total += b.nbytes
+        bufs.append(b)
+    if total > MAX_MESSAGE_BYTES:
         raise WireError("message above the size limit")
     if bufs[0].nbytes > MAX_HEADER_BYTES:
         raise WireError("header above the size limit")

@@ -69,12 +69,10 @@ class LazyArrays(Mapping):
     def __contains__(self, name) -> bool:
         return name in self._index or name in self._specs
 
-    def raw(self, unpacked_only: bool = False):
-        """(name, dtype str, shape, buffer) without building arrays: for re-encoding;
-        `unpacked_only`: not those that arrived packed (they travel as they came)."""
-        for name in ((*self._specs,) if unpacked_only else self):
-            dtype, shape, buf = self._spec(name)
-            yield name, dtype.str, shape, buf
+    def unpacked(self):
+        """(name, (dtype, shape, buffer)) of the arrays that did not arrive packed
+        (those travel as they came): for re-encoding, nothing built."""
+        return self._specs.items()
 
     def __repr__(self) -> str:
         return f"LazyArrays({ {k: (self._spec(k)[0].str, self._spec(k)[1]) for k in self} })"

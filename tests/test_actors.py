@@ -123,3 +123,45 @@ def test_params_that_do_not_fit_are_refused():
     _, _, _, actor, _ = _pair("ppo-discrete")
     with pytest.raises(ValueError):
         actor.load_policy_arrays({"pi.0.weight": np.zeros((64, 7), np.float32)})
+
+
+@pytest.mark.parametrize("beta", [0.0, 1.0, 2.0])
+def test_action_noise_is_unit_gaussian_and_as_correlated_as_its_spectrum(beta):
+    from verl_zmq.algos.exploration import ActionNoise
+
+    noise = ActionNoise(beta, 500, np.random.default_rng(0))
+    x = np.stack([noise((400, 2)) for _ in range(1000)])  # [steps, envs, actions]
+    assert x.shape == (1000, 400, 2)
+    assert abs(x.var() - 1) < 0.05 and abs(x.mean()) < 0.05
+    lag1 = np.mean(x[1:] * x[:-1])  # within blocks; each block starts afresh
+    want = {0.0: (-0.02, 0.02), 1.0: (0.6, 0.85), 2.0: (0.9, 1.1)}[beta]
+    assert want[0] < lag1 < want[1]
+    # envs draw apart (compared by their steps: two random walks correlate by chance)
+    envs = np.corrcoef(np.diff(x[:, 0, 0]), np.diff(x[:, 1, 0]))[0, 1]
+    assert abs(envs) < 0.3
+    if beta == 0:  # white: exactly the generator's normal draws, as before
+        rng = np.random.default_rng(0)
+        np.testing.assert_array_equal(ActionNoise(0.0, 500, np.random.default_rng(0))((3, 2)),
+                                      rng.standard_normal((3, 2)))
+
+
+def test_sac_acts_with_pink_noise_in_numpy_and_torch_alike():
+    job = load_job(CONFIGS / "mountaincar_sac.toml", ["algorithm.params.noise_beta=1.0"])
+    spec = env_spec(job.environment)
+    algo = make_algorithm(job, spec, acting_seed=5)
+    actor = NumpyActor(job, spec, acting_seed=5)
+    actor.load_policy_arrays(algo.policy_arrays())
+    obs = np.random.default_rng(0).standard_normal((8, *spec.obs_shape)).astype(np.float32)
+    steps = [(actor.act(obs, env_steps=10**9)[0], algo.act(obs, env_steps=10**9)[0])
+             for _ in range(50)]
+    for a_np, a_t in steps:  # the same noise sequence drawn on both sides
+        np.testing.assert_allclose(a_np, a_t, rtol=1e-4, atol=1e-5)
+    first = np.stack([s[0] for s in steps])[:, :, 0]
+    assert np.mean(np.sign(first[1:]) == np.sign(first[:-1])) > 0.7  # it persists
+
+
+def test_noise_settings_out_of_range_are_refused():
+    from verl_zmq.config import ConfigError
+
+    with pytest.raises(ConfigError, match="noise_beta"):
+        load_job(CONFIGS / "mountaincar_sac.toml", ["algorithm.params.noise_beta=5.0"])

@@ -4,11 +4,16 @@ budget on several seeds, one fresh job after the other, against the zoo's
 published return at that budget (benchmark.md of DLR-RM/rl-baselines3-zoo: one
 run each, deterministic evaluation).
 
-One row per task: the zoo's return and budget; ours at the same budget, the
-mean and the lowest over seeds of the final evaluation and of the best one;
-env steps and wall seconds to the zoo's return (mean over the seeds that got
-there); pass when the mean final evaluation is at or above the zoo's return
-and no seed's is more than 10% of its magnitude below it.
+One row per task: the zoo's return and budget; ours at the same budget: the
+final policy (the job's last checkpoint) evaluated as the zoo evaluates its
+agents, on many episodes (`--final-episodes`, 100 by default, on episode seeds
+the job never evaluated on), mean and lowest over seeds, and the best of the
+job's own evaluations during training (`n_eval_episodes` each, on fixed seeds:
+a handful of start states, so on tasks whose return depends on the start, such
+as Pendulum, they say more about those states than about the policy); env
+steps and wall seconds to the zoo's return in training (mean over the seeds
+that got there); pass when the mean final return is at or above the zoo's and
+no seed's is more than 10% of its magnitude below it.
 
     python tools/bench_suite.py --quick --seeds 0 1 2 [--markdown table.md]
     python tools/bench_suite.py --long                # BipedalWalker, HalfCheetah, LunarLander DQN
@@ -58,8 +63,31 @@ TASKS = [
 BY_NAME = {t.name: t for t in TASKS}
 
 
-def run_once(task: Task, seed: int) -> dict:
-    """One fresh job to the task's budget (no early stop): its evaluations."""
+FINAL_SEEDS = 1_000_000  # the final evaluation's first episode seed: apart from the job's
+
+
+def final_return(run: Path, episodes: int) -> float | None:
+    """The mean return of the run's last checkpoint over `episodes` episodes, each
+    deterministic where the job evaluates deterministically (as the zoo: the mode,
+    except where the job samples)."""
+    import torch
+
+    from verl_zmq.ops.export import load_policy
+    from verl_zmq.roles.evaluator import evaluate
+
+    found = sorted(run.glob("**/latest.pt"))
+    if not found:
+        return None
+    torch.set_num_threads(2)
+    lp = load_policy(found[0])
+    rets = evaluate(lp.algo, lp.job, lp.rms, episodes, FINAL_SEEDS,
+                    lp.job.evaluation.deterministic)
+    return float(rets.mean())
+
+
+def run_once(task: Task, seed: int, episodes: int) -> dict:
+    """One fresh job to the task's budget (no early stop): its evaluations, and its
+    final policy's return on `episodes` episodes."""
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         t0 = time.time()
@@ -73,8 +101,10 @@ def run_once(task: Task, seed: int) -> dict:
         evals = summary.get("evaluations") or []
         ts, steps = time_to_return(run, task.zoo_return)
         start = launcher_start(run) or t0
+        final = final_return(run, episodes)
     rets = [e["return_mean"] for e in evals]
-    return {"rc": rc, "wall_s": wall, "final": rets[-1] if rets else None,
+    return {"rc": rc, "wall_s": wall, "final": final,
+            "last_eval": rets[-1] if rets else None,
             "best": max(rets) if rets else None, "steps": steps,
             "to_target_s": ts - start if ts is not None else None}
 
@@ -106,17 +136,18 @@ def row(task: Task, runs: list[dict]) -> dict:
     }
 
 
-COLUMNS = [("task", "task"), ("zoo", "zoo return @budget"), ("final", "ours final, mean (min)"),
-           ("best", "ours best, mean (min)"), ("reached", "reached zoo"),
+COLUMNS = [("task", "task"), ("zoo", "zoo return @budget"),
+           ("final", "ours final, mean (min)"), ("best", "ours best in training, mean (min)"),
+           ("reached", "reached zoo"),
            ("steps", "env steps to it"), ("to_target_s", "s to it"), ("wall_s", "wall s/run"),
            ("pass", "")]
 
 
-def markdown(rows: list[dict], seeds: list[int]) -> str:
+def markdown(rows: list[dict], seeds: list[int], episodes: int) -> str:
     head = "| " + " | ".join(t for _, t in COLUMNS) + " |"
     rule = "|" + "---|" * len(COLUMNS)
     body = ["| " + " | ".join(r[k] for k, _ in COLUMNS) + " |" for r in rows]
-    return "\n".join([f"Seeds {', '.join(map(str, seeds))}; "
+    return "\n".join([f"Seeds {', '.join(map(str, seeds))}; final: {episodes} episodes; "
                       f"{time.strftime('%Y-%m-%d')}.", "", head, rule, *body]) + "\n"
 
 
@@ -127,6 +158,8 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", choices=sorted(BY_NAME), default=None)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--markdown", default=None, help="also write the table here")
+    ap.add_argument("--final-episodes", type=int, default=100,
+                    help="episodes the final policy is evaluated on")
     a = ap.parse_args()
     tasks = [BY_NAME[n] for n in a.tasks] if a.tasks else \
         [t for t in TASKS if (t.long and a.long) or (not t.long and (a.quick or not a.long))]
@@ -137,14 +170,16 @@ def main() -> None:
             continue
         runs = []
         for seed in a.seeds:
-            r = run_once(task, seed)
+            r = run_once(task, seed, a.final_episodes)
             runs.append(r)
-            print(f"{task.name} seed {seed}: final {_fmt(r['final'])} best {_fmt(r['best'])} "
+            print(f"{task.name} seed {seed}: final {_fmt(r['final'])} ({a.final_episodes} "
+                  f"episodes; last evaluation in training {_fmt(r['last_eval'])}) "
+                  f"best {_fmt(r['best'])} "
                   f"steps to {task.zoo_return:g} {_fmt(r['steps'], ',')} "
                   f"wall {r['wall_s']:.0f} s exit {r['rc']}", flush=True)
         rows.append(row(task, runs))
         print("  ".join(f"{rows[-1][k]}" for k, _ in COLUMNS), flush=True)
-    table = markdown(rows, a.seeds)
+    table = markdown(rows, a.seeds, a.final_episodes)
     print("\n" + table)
     if a.markdown:
         Path(a.markdown).write_text(table)

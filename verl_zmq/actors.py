@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 
-from .algos.exploration import apex_priorities, epsilon, epsilon_greedy
+from .algos.exploration import ActionNoise, apex_priorities, epsilon, epsilon_greedy
 from .envs import EnvSpec
 from .policy_init import initial_policy_arrays
 
@@ -71,6 +71,8 @@ class NumpyActor:
         if not spec.discrete:
             self.low = np.array(spec.action_low, np.float32)
             self.high = np.array(spec.action_high, np.float32)
+        if self.kind == "squashed":
+            self.noise = ActionNoise(self.params.noise_beta, self.params.noise_horizon, self.rng)
 
     def load_policy_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Take published params; ValueError when they lack what this policy reads."""
@@ -137,7 +139,7 @@ class NumpyActor:
             return self.rng.uniform(-1, 1, (len(x), n)).astype(np.float32), {}
         out = mlp(self.arrays, "net", x, "relu")
         mu, log_std = out[:, :n], np.clip(out[:, n:], LOG_STD_MIN, LOG_STD_MAX)
-        u = mu if deterministic else mu + np.exp(log_std) * self.rng.standard_normal(mu.shape)
+        u = mu if deterministic else mu + np.exp(log_std) * self.noise(mu.shape)
         return np.tanh(u).astype(np.float32), {}
 
     def env_action(self, action: np.ndarray) -> np.ndarray:

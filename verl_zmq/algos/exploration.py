@@ -39,3 +39,54 @@ def epsilon_greedy(q: np.ndarray, eps: float, rng: np.random.Generator | None
         a = np.where(explore, rng.integers(0, q.shape[1], len(a)), a)
     return a.astype(np.int64), {"q_taken": q[np.arange(len(a)), a].astype(np.float32),
                                 "q_max": q.max(-1).astype(np.float32)}
+
+
+class ActionNoise:
+    """Unit Gaussian noise for each env's action, white or correlated in time.
+
+    `beta` is the exponent of the noise's power spectrum 1/f^beta: 0 is white
+    (independent each step), 1 pink, 2 red (a random walk's). Pink noise lets a
+    squashed-Gaussian policy wander far in one direction for many steps, what
+    tasks with a distant goal and a cost for acting need (MountainCarContinuous),
+    while each step's marginal stays N(0, 1), so SAC's sampled actions keep the
+    distribution the policy's log-probabilities describe (Eberhard et al. 2023,
+    "Pink noise is all you need"). Correlated noise is drawn per env and action
+    dimension in blocks of `horizon` steps, each block independent.
+    """
+
+    def __init__(self, beta: float, horizon: int, rng: np.random.Generator):
+        self.beta, self.horizon, self.rng = beta, max(2, horizon), rng
+        self.block: np.ndarray | None = None  # [horizon, *shape]
+        self.t = 0
+
+    def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
+        if self.beta == 0:
+            return self.rng.standard_normal(shape)
+        if self.block is None or self.block.shape[1:] != shape or self.t == self.horizon:
+            self.block = colored_gaussian(self.beta, self.horizon, shape, self.rng)
+            self.t = 0
+        self.t += 1
+        return self.block[self.t - 1]
+
+
+def colored_gaussian(beta: float, n: int, shape: tuple[int, ...],
+                     rng: np.random.Generator) -> np.ndarray:
+    """[n, *shape] Gaussian sequences with power spectrum 1/f^beta, each step's
+    variance 1 in expectation: random Fourier coefficients scaled by
+    f^(-beta/2), inverted (the spectrum's lowest frequency is 1/n)."""
+    f = np.fft.rfftfreq(n)
+    f[0] = 1.0 / n
+    scale = f ** (-beta / 2.0)
+    re = rng.standard_normal((*shape, len(f))) * scale
+    im = rng.standard_normal((*shape, len(f))) * scale
+    im[..., 0] = 0.0  # the mean and (even n) the Nyquist term are real
+    re[..., 0] *= np.sqrt(2.0)
+    if n % 2 == 0:
+        im[..., -1] = 0.0
+        re[..., -1] *= np.sqrt(2.0)
+    # each step's variance: (2 s_0^2 + 4 sum of the middle s_k^2 + 2 s_nyquist^2) / n^2
+    middle = scale[1:-1] if n % 2 == 0 else scale[1:]
+    last = scale[-1] ** 2 if n % 2 == 0 else 0.0
+    sigma = np.sqrt(2 * scale[0] ** 2 + 4 * np.sum(middle ** 2) + 2 * last) / n
+    y = np.fft.irfft(re + 1j * im, n=n, axis=-1) / sigma
+    return np.moveaxis(y, -1, 0)

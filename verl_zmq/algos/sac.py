@@ -16,6 +16,7 @@ from torch import nn
 
 from ..nets import mlp, obs_dim
 from .base import START, Algorithm, Learned, Progress
+from .exploration import ActionNoise
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -43,10 +44,14 @@ class SquashedGaussian(nn.Module):
         self.enc, n = _features(spec, policy)
         self.net = mlp(n, policy.hidden_sizes, 2 * spec.n_actions, "relu")
 
-    def forward(self, obs: torch.Tensor, deterministic: bool = False):
+    def forward(self, obs: torch.Tensor, deterministic: bool = False,
+                noise: torch.Tensor | None = None):
+        """(squashed action, its log-probability); `noise`: the unit Gaussian sample
+        to use (correlated acting noise) instead of a fresh one."""
         mu, log_std = self.net(_embed(self.enc, obs)).chunk(2, -1)
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        u = mu if deterministic else mu + log_std.exp() * torch.randn_like(mu)
+        eps = torch.randn_like(mu) if noise is None else noise
+        u = mu if deterministic else mu + log_std.exp() * eps
         a = torch.tanh(u)
         # log N(u) - sum log(1 - tanh(u)^2), the latter in a stable form
         logp = (-0.5 * ((u - mu) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
@@ -112,6 +117,7 @@ class SAC(Algorithm):
                                       requires_grad=True)
         self.a_opt = torch.optim.Adam([self.log_alpha], lr=p.learning_rate)
         self.target_entropy = p.target_entropy or -float(spec.n_actions)
+        self.noise = ActionNoise(p.noise_beta, p.noise_horizon, self.rng)
         self.low = np.array(spec.action_low, np.float32)
         self.high = np.array(spec.action_high, np.float32)
 
@@ -127,12 +133,17 @@ class SAC(Algorithm):
         return self.actor.net, "squash"
 
     def act(self, obs, deterministic=False, env_steps=0):
-        if not deterministic and env_steps < self.params.learning_starts:
+        p = self.params
+        if not deterministic and env_steps < p.learning_starts:
             a = self.rng.uniform(-1, 1, (len(obs), self.spec.n_actions)).astype(np.float32)
             return a, {}
+        noise = None
+        if not deterministic and p.noise_beta:
+            noise = torch.as_tensor(self.noise((len(obs), self.spec.n_actions)),
+                                    dtype=torch.float32, device=self.device)
         with torch.no_grad():
             a, _ = self.actor(torch.as_tensor(obs, dtype=torch.float32, device=self.device),
-                              deterministic)
+                              deterministic, noise)
         return a.cpu().numpy().astype(np.float32), {}
 
     def env_action(self, action: np.ndarray) -> np.ndarray:

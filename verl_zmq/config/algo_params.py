@@ -67,6 +67,8 @@ class SACParams:
     init_alpha: float = 1.0
     autotune_alpha: bool = True  # false: the temperature stays at init_alpha
     target_entropy: float = 0.0  # 0: -dim(action)
+    noise_beta: float = 0.0  # acting noise's spectrum 1/f^beta: 0 white, 1 pink (persists)
+    noise_horizon: int = 1000  # steps per block of correlated noise (about an episode)
 
 
 @dataclass(frozen=True)

@@ -64,3 +64,26 @@ def test_the_job_decides_whether_samplers_are_paced():
         "sampling.lead_updates=1", 'sampling.mode="sync"'])) is None
     assert make_pacer(load_job(CONFIGS / "cartpole_dqn.toml",
                                ["sampling.lead_updates=1"])) is None  # off-policy
+
+
+def test_a_peers_mix_moves_the_version_but_not_the_updates_samplers_pace_on(tmp_path):
+    """A gossip peer that mixes in parameters publishes a new version without
+    having consumed a batch: pacing on versions would let its samplers ship a
+    share for every mix, a backlog that only grows (and is dropped for lag)."""
+    import structlog
+
+    from verl_zmq import wire
+    from verl_zmq.envs import env_spec
+    from verl_zmq.learning.trainer import Trainer
+
+    job = load_job(CONFIGS / "cartpole_dapo.toml")
+    t = Trainer(job, env_spec(job.environment), tmp_path, structlog.get_logger())
+    before = wire.decode(wire.encode(t.params()))
+    t.load_arrays(t.arrays())  # a mix
+    after = wire.decode(wire.encode(t.params()))
+    assert after.version == before.version + 1 and after.updates == before.updates
+    p = Pacer(share=2.0, lead=1)
+    p.heard(before.updates)
+    assert _ship_all(p) == 2
+    p.heard(after.updates)
+    assert _ship_all(p) == 0  # no update, no new share

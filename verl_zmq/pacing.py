@@ -3,11 +3,13 @@
 Each update consumes `ceil(batch_size / fragment_steps)` fragments from the
 group, so a sampler's fair share is that divided by the group's samplers. With
 `sampling.lead_updates = k` a sampler may ship its share for the updates its
-learner has made (as the params versions it hears say) plus `k` more: it
+learner has made (as the params it hears say: `Params.updates`, not the
+version, which a gossip peer also moves when it mixes in parameters without
+consuming a batch) plus `k` more: it
 collects the next batch while the learner trains on this one (overlap), and
 the queue between them stays about k batches deep, so fragments arrive about k
 updates old instead of piling up in shard and socket queues and being dropped
-for lag. A learner heard counting from a lower version (restarted) starts the
+for lag. A learner heard counting from fewer updates (restarted) starts the
 count afresh. No I/O: the sampler role asks `may_ship` and reports.
 """
 
@@ -18,19 +20,20 @@ from dataclasses import dataclass
 
 @dataclass
 class Pacer:
-    """A sampler's budget of fragments, in step with its learner's versions."""
+    """A sampler's budget of fragments, in step with its learner's updates."""
 
     share: float  # fragments per update: this sampler's part of one batch
     lead: int  # updates of lead over the learner
-    base: int | None = None  # the version counting started at
-    latest: int = 0  # the newest version heard
+    base: int | None = None  # the update count counting started at
+    latest: int = 0  # the most updates heard
     shipped: int = 0  # fragments shipped since `base`
 
-    def heard(self, version: int) -> None:
-        if self.base is None or version < self.latest:  # first params, or a restart
-            self.base, self.latest, self.shipped = version, version, 0
+    def heard(self, updates: int) -> None:
+        """The learner's update count, from params it published."""
+        if self.base is None or updates < self.latest:  # first params, or a restart
+            self.base, self.latest, self.shipped = updates, updates, 0
         else:
-            self.latest = max(self.latest, version)
+            self.latest = max(self.latest, updates)
 
     def may_ship(self) -> bool:
         done = 0 if self.base is None else self.latest - self.base
@@ -44,7 +47,7 @@ class Pacer:
             self.shipped += 1
 
     def reset(self) -> None:
-        """Count afresh from the next version heard (a shard came or went: what it
+        """Count afresh from the next params heard (a shard came or went: what it
         held is gone, and the learner waits for fragments no budget would allow)."""
         self.base, self.shipped = None, 0
 

@@ -129,7 +129,7 @@ class Trainer:
 
     def params(self, final: bool = False) -> wire.Params:
         return wire.Params(version=self.state.version, env_steps=self.state.env_steps,
-                           final=final, arrays=self.arrays())
+                           updates=self.algo.updates, final=final, arrays=self.arrays())
 
     # -- the loop -----------------------------------------------------------------
 

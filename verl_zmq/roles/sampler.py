@@ -234,7 +234,7 @@ class SamplerRole(Role):
             # any other version: a learner restarted without a checkpoint counts from 0 again
             c = self.collector
             if msg is not None and self.pacer is not None:
-                self.pacer.heard(msg.version)
+                self.pacer.heard(msg.updates)
                 self.new_params.set()
             if msg is not None and msg.version != c.version:
                 self.collector.pending = (msg.version, msg.arrays)

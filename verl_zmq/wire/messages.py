@@ -251,6 +251,7 @@ class Params(Message):
     KIND: ClassVar[Kind] = Kind.PARAMS
     version: int = 0
     env_steps: int = 0
+    updates: int = 0  # updates made: what samplers pace on (a peer's mix also moves version)
     final: bool = False
     arrays: Arrays = field(default_factory=dict)
 

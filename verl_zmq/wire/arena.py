@@ -15,32 +15,26 @@ from __future__ import annotations
 import msgpack
 import numpy as np
 
-from .messages import _DTYPES, ALIGN, LazyArrays
+from .codec import _dec_layout
+from .messages import _DTYPES, ALIGN, LazyArrays, WireError
 
 
 class Arena:
     """The layout of a fixed set of columns in one buffer; `columns()` allocates
     a fresh buffer (never reused: the previous one may still be in flight)."""
 
-    __slots__ = ("key", "layout", "index", "nbytes")
+    __slots__ = ("layout", "index", "nbytes")
 
     def __init__(self, columns: list[tuple[str, np.dtype, tuple[int, ...]]]):
-        entries, index, off = [], {}, 0
-        for name, dtype, shape in columns:
-            dtype = np.dtype(dtype)
-            if dtype.str not in _DTYPES:
-                raise ValueError(f"column {name!r}: dtype {dtype.str} cannot travel")
-            if name in index:
-                raise ValueError(f"column {name!r} twice")
-            shape = tuple(int(d) for d in shape)
-            n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            entries.append([name, dtype.str, list(shape)])
-            index[name] = (dtype, shape, off, n)
-            off += n + (-n % ALIGN)  # as the decoder lays them out
-        self.key = tuple((name, np.dtype(dt), tuple(s)) for name, dt, s in columns)
+        entries = [[name, np.dtype(dt).str, [int(d) for d in shape]]
+                   for name, dt, shape in columns]
         self.layout = msgpack.packb(entries, use_bin_type=True)
-        self.index = index
-        self.nbytes = off
+        # the decoder's own reading of the layout: offsets, padding and checks are
+        # then the receiver's by construction, not a second copy of its rule
+        try:
+            self.index, self.nbytes = _dec_layout(self.layout, "arena")
+        except WireError as e:
+            raise ValueError(f"these columns cannot travel: {e}") from None
 
     def columns(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """(buffer, {name: writable view into it})."""

@@ -218,7 +218,7 @@ def _decode(frames) -> Message:  # noqa: C901 - a linear list of checks
         raise WireError(f"too many frames: {len(frames)}")
     bufs, total = [], 0
     for f in frames:
-        b = memoryview(f) if type(f) is bytes else _buffer(f)
+        b = _buffer(f)
         total += b.nbytes
         bufs.append(b)
     if total > MAX_MESSAGE_BYTES:

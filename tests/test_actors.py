@@ -160,6 +160,27 @@ def test_sac_acts_with_pink_noise_in_numpy_and_torch_alike():
     assert np.mean(np.sign(first[1:]) == np.sign(first[:-1])) > 0.7  # it persists
 
 
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_sac_warmup_travels_with_coloured_noise_and_is_uniform_with_white(beta):
+    job = load_job(CONFIGS / "mountaincar_sac.toml", [f"algorithm.params.noise_beta={beta}"])
+    spec = env_spec(job.environment)
+    algo = make_algorithm(job, spec, acting_seed=5)
+    actor = NumpyActor(job, spec, acting_seed=5)
+    obs = np.zeros((4, *spec.obs_shape), np.float32)
+    steps = [(actor.act(obs, env_steps=0)[0], algo.act(obs, env_steps=0)[0]) for _ in range(200)]
+    for a_np, a_t in steps:
+        np.testing.assert_array_equal(a_np, a_t)
+    a = np.stack([s[0] for s in steps])[:, :, 0]  # [steps, envs]
+    assert np.all(np.abs(a) <= 1.0)
+    same_sign = np.mean(np.sign(a[1:]) == np.sign(a[:-1]))
+    if beta == 0:  # the uniform draws of before
+        first = np.random.default_rng(5).uniform(-1, 1, (4, 1)).astype(np.float32)
+        np.testing.assert_array_equal(steps[0][0], first)
+        assert 0.35 < same_sign < 0.65
+    else:  # pushed one way for many steps: what climbs MountainCar's hill
+        assert same_sign > 0.8
+
+
 def test_noise_settings_out_of_range_are_refused():
     from verl_zmq.config import ConfigError
 

@@ -136,7 +136,7 @@ class NumpyActor:
     def _act_sac(self, x: np.ndarray, deterministic: bool, env_steps: int):
         n = self.spec.n_actions
         if not deterministic and env_steps < self.params.learning_starts:
-            return self.rng.uniform(-1, 1, (len(x), n)).astype(np.float32), {}
+            return self.noise.warmup((len(x), n)), {}
         out = mlp(self.arrays, "net", x, "relu")
         mu, log_std = out[:, :n], np.clip(out[:, n:], LOG_STD_MIN, LOG_STD_MAX)
         u = mu if deterministic else mu + np.exp(log_std) * self.noise(mu.shape)

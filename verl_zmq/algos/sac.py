@@ -135,8 +135,7 @@ class SAC(Algorithm):
     def act(self, obs, deterministic=False, env_steps=0):
         p = self.params
         if not deterministic and env_steps < p.learning_starts:
-            a = self.rng.uniform(-1, 1, (len(obs), self.spec.n_actions)).astype(np.float32)
-            return a, {}
+            return self.noise.warmup((len(obs), self.spec.n_actions)), {}
         noise = None
         if not deterministic and p.noise_beta:
             noise = torch.as_tensor(self.noise((len(obs), self.spec.n_actions)),

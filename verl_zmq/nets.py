@@ -52,8 +52,9 @@ class ActorCritic(nn.Module):
         are for sequence models: see `seq/model.py`)."""
         out = self.pi(obs.flatten(1))
         if self.discrete:
-            return torch.distributions.Categorical(logits=out)
-        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
+            return torch.distributions.Categorical(logits=out, validate_args=False)
+        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out),
+                                          validate_args=False)
 
     def value(self, obs: torch.Tensor, seq: torch.Tensor | None = None,
               acting: bool = False) -> torch.Tensor:

@@ -41,6 +41,24 @@ ObsTransform = Callable[[np.ndarray], np.ndarray]
 GradReduce = Callable[[list[torch.Tensor] | None, dict[str, float]], dict[str, float]]
 
 
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """`torch.nn.utils.clip_grad_norm_` without its per-call wrappers (a third of a
+    small network's optimiser step on CPU): the global norm from one foreach
+    call, the gradients scaled in place when it exceeds `max_norm`."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norm
+
+
+def adam(params, lr: float, **kw) -> torch.optim.Adam:
+    """Adam stepping all tensors in one foreach call, not a Python loop over them
+    (the default on CPU): about a tenth of a small network's update."""
+    return torch.optim.Adam(params, lr=lr, foreach=True, **kw)
+
+
 @dataclass(frozen=True)
 class Progress:
     """Where training is when an update runs: env steps so far and their fraction

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nets import mlp, obs_dim
-from .base import START, Algorithm, Learned, Progress
+from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm
 from .exploration import apex_priorities, epsilon, epsilon_greedy
 
 
@@ -70,7 +70,7 @@ class DQN(Algorithm):
         self.q = QNet(spec, job.algorithm.policy).to(self.device)
         self.init_policy()
         self.target = copy.deepcopy(self.q).requires_grad_(False)
-        self.opt = torch.optim.Adam(self.q.parameters(), lr=self.params.learning_rate)
+        self.opt = adam(self.q.parameters(), self.params.learning_rate)
 
     def policy_module(self) -> torch.nn.Module:
         return self.q
@@ -108,7 +108,7 @@ class DQN(Algorithm):
         loss.backward()
         if self.reduce_grads is not None:  # data-parallel ranks: the group's gradient
             self.reduce_grads(list(self.q.parameters()), {})
-        gn = torch.nn.utils.clip_grad_norm_(self.q.parameters(), p.max_grad_norm)
+        gn = clip_grad_norm(list(self.q.parameters()), p.max_grad_norm)
         self.opt.step()
         self.updates += 1
         if p.tau < 1.0:

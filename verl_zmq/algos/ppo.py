@@ -17,7 +17,7 @@ import torch
 
 from ..batch import bootstrap, episodes
 from ..nets import actor_critic
-from .base import START, Algorithm, Learned, Progress
+from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm
 from .reference import kl_estimate
 from .vtrace import vtrace
 
@@ -71,7 +71,7 @@ class PPO(Algorithm):
         if self.params.kl_coef > 0:
             self.ref = copy.deepcopy(self.net).requires_grad_(False)
             self.state_attrs = (*self.state_attrs, "ref")
-        self.opt = torch.optim.Adam(self.net.parameters(), lr=self.params.learning_rate, eps=1e-5)
+        self.opt = adam(self.net.parameters(), self.params.learning_rate, eps=1e-5)
         if not spec.discrete:
             self.low = np.array(spec.action_low, np.float32)
             self.high = np.array(spec.action_high, np.float32)
@@ -253,9 +253,10 @@ class PPO(Algorithm):
         data = self.prepare(batch)
         n = data["obs"].shape[0]
         mbs = max(1, min(p.minibatch_size, n))
-        sums: dict[str, float] = {}
+        sums: dict[str, torch.Tensor | float] = {}
         count = 0
         stop = False
+        params = list(self.net.parameters())
         for _ in range(p.n_epochs):
             for idx in self._minibatches(n, mbs):
                 mb = {k: v[idx] for k, v in data.items()}
@@ -275,12 +276,13 @@ class PPO(Algorithm):
                 if self.reduce_grads is not None:  # the group's gradient, and its KL
                     kl = float(stats["losses/approx_kl"])
                     stats["losses/approx_kl"] = self.reduce_grads(
-                        list(self.net.parameters()), {"approx_kl": kl})["approx_kl"]
-                gn = torch.nn.utils.clip_grad_norm_(self.net.parameters(), p.max_grad_norm)
+                        params, {"approx_kl": kl})["approx_kl"]
+                gn = clip_grad_norm(params, p.max_grad_norm)
                 self.opt.step()
                 stats["losses/grad_norm"] = gn
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + float(v.detach() if torch.is_tensor(v) else v)
+                for k, v in stats.items():  # tensors summed: one float each after the update
+                    v = v.detach() if torch.is_tensor(v) else v
+                    sums[k] = sums[k] + v if k in sums else v
                 count += 1
                 if p.target_kl and float(stats["losses/approx_kl"]) > 1.5 * p.target_kl:
                     stop = True
@@ -288,7 +290,7 @@ class PPO(Algorithm):
             if stop:
                 break
         self.updates += 1
-        out = {k: v / max(count, 1) for k, v in sums.items()}
+        out = {k: float(v) / max(count, 1) for k, v in sums.items()}
         y, pred = data["ret"], data["value"]
         var = float(y.var()) if y.numel() > 1 else 0.0
         out["losses/explained_variance"] = (1 - float((y - pred).var()) / var) if var > 0 else 0.0

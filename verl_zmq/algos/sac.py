@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nets import mlp, obs_dim
-from .base import START, Algorithm, Learned, Progress
+from .base import START, Algorithm, Learned, Progress, adam
 from .exploration import ActionNoise
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -108,11 +108,8 @@ class SAC(Algorithm):
         self._target_params = list(self.critic_target.parameters())
         self._critic_params = list(self.critic.parameters())
         self._actor_params = list(self.actor.parameters())
-        # foreach: one kernel per step for all tensors, not a Python loop over them
-        self.pi_opt = torch.optim.Adam(self.actor.parameters(), lr=p.learning_rate,
-                                       foreach=True)
-        self.q_opt = torch.optim.Adam(self.critic.parameters(), lr=p.learning_rate,
-                                      foreach=True)
+        self.pi_opt = adam(self.actor.parameters(), p.learning_rate)
+        self.q_opt = adam(self.critic.parameters(), p.learning_rate)
         self.log_alpha = torch.tensor(math.log(p.init_alpha), device=self.device,
                                       requires_grad=True)
         self.a_opt = torch.optim.Adam([self.log_alpha], lr=p.learning_rate)

@@ -93,8 +93,9 @@ class PixelActorCritic(nn.Module):
     def dist(self, obs, seq=None, acting=False):
         out = self.pi(self._features(obs))
         if self.discrete:
-            return torch.distributions.Categorical(logits=out)
-        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out))
+            return torch.distributions.Categorical(logits=out, validate_args=False)
+        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out),
+                                          validate_args=False)
 
     def value(self, obs, seq=None, acting=False):
         return self.v(self._features(obs)).squeeze(-1)

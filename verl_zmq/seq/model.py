@@ -132,7 +132,7 @@ class TokenActorCritic(nn.Module):
     def dist(self, obs: torch.Tensor, seq: torch.Tensor | None = None, acting: bool = False
              ) -> torch.distributions.Categorical:
         return torch.distributions.Categorical(
-            logits=self.pi(self._features(obs, False, seq, acting)))
+            logits=self.pi(self._features(obs, False, seq, acting)), validate_args=False)
 
     def value(self, obs: torch.Tensor, seq: torch.Tensor | None = None,
               acting: bool = False) -> torch.Tensor:

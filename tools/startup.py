@@ -2,7 +2,8 @@
 """Time to the first env step: from starting `verl-launch` to the first
 `sampling_started` event in any sampler's log, for the main job, with the
 samplers acting in numpy (the default) and in torch, launches alternating in
-one invocation. Also: when the learner's role started (it imports torch).
+one invocation. Also: when the learner's role started (it imports torch) and
+when it finished its first update (training is under way).
 
     python tools/startup.py [--launches 5] [--job configs/cartpole_ppo.toml]
 """
@@ -25,7 +26,7 @@ def first(run: Path, member: str, event: str) -> float | None:
     return min(ts) if ts else None
 
 
-def one(job: str, extra: list[str], deadline_s: float = 120.0) -> tuple[float | None, ...]:
+def one(job: str, extra: list[str], deadline_s: float = 120.0) -> list[float | None]:
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         t0 = time.time()
@@ -34,12 +35,13 @@ def one(job: str, extra: list[str], deadline_s: float = 120.0) -> tuple[float | 
             while time.time() - t0 < deadline_s and sampling_start(run) is None:
                 time.sleep(0.1)
             s = sampling_start(run)
-            while time.time() - t0 < deadline_s and first(run, "learner-0", "role_started") is None:
+            while time.time() - t0 < deadline_s and first(run, "learner-0", "first_update") is None:
                 time.sleep(0.1)
             learner = first(run, "learner-0", "role_started")
+            update = first(run, "learner-0", "first_update")
         finally:
             stop(p)
-    return (s - t0 if s else None), (learner - t0 if learner else None)
+    return [t - t0 if t else None for t in (s, learner, update)]
 
 
 def main() -> None:
@@ -48,13 +50,16 @@ def main() -> None:
     ap.add_argument("--job", default=str(ROOT / "configs" / "cartpole_ppo.toml"))
     args = ap.parse_args()
     got: dict[str, list[float]] = {a: [] for a in ARMS}
-    print(f"{'launch':>6}{'samplers':>10}{'first env step s':>18}{'learner up s':>14}")
+    print(f"{'launch':>6}{'samplers':>10}{'first env step s':>18}{'learner up s':>14}"
+          f"{'first update s':>16}")
+    nan = float("nan")
     for i in range(args.launches):
         for arm, extra in ARMS.items():
-            s, learner = one(args.job, extra)
+            s, learner, update = one(args.job, extra)
             got[arm].append(s if s is not None else float("inf"))
-            print(f"{i:>6}{arm:>10}{s if s is not None else float('nan'):>18.2f}"
-                  f"{learner if learner is not None else float('nan'):>14.2f}", flush=True)
+            print(f"{i:>6}{arm:>10}{s if s is not None else nan:>18.2f}"
+                  f"{learner if learner is not None else nan:>14.2f}"
+                  f"{update if update is not None else nan:>16.2f}", flush=True)
     med = {a: statistics.median(v) for a, v in got.items()}
     print(f"\nmedian first env step: numpy {med['numpy']:.2f} s, torch {med['torch']:.2f} s; "
           f"ratio numpy/torch {med['numpy'] / med['torch']:.2f}")

@@ -155,19 +155,26 @@ class NumpyActor:
         return {"priority": apex_priorities(arrays, self.params.gamma, self.params.n_step)}
 
 
-def make_actor(job, spec: EnvSpec, worker: tuple[int, int], seeds: tuple[int, int]):
-    """A sampler's policy copy: numpy for the built-in MLPs when the job allows it,
-    else the torch algorithm (its initial weights from the job seed, as the
-    learner's)."""
-    torch_seed, acting_seed = seeds
+def numpy_acting(job) -> bool:
+    """Whether the job's policy acts in numpy (`sampling.inference`): the built-in
+    MLPs under "auto", or "numpy"."""
     how = job.sampling.inference
-    if how == "numpy" or (how == "auto" and job.traits.numpy_actor):
+    return how == "numpy" or (how == "auto" and bool(job.traits.numpy_actor))
+
+
+def make_actor(job, spec: EnvSpec, worker: tuple[int, int], seeds: tuple[int, int],
+               threads: int | None = None):
+    """A sampler's (or the evaluator's) policy copy: numpy for the built-in MLPs
+    when the job allows it, else the torch algorithm on `threads` threads (the
+    sampler's by default), its initial weights from the job seed as the learner's."""
+    torch_seed, acting_seed = seeds
+    if numpy_acting(job):
         return NumpyActor(job, spec, worker, acting_seed)
-    import torch  # only samplers that act with torch pay for importing it
+    import torch  # only roles that act with torch pay for importing it
 
     from .algos import make_algorithm
 
-    torch.set_num_threads(job.resources.sampler.cpu or job.sampling.torch_threads)
+    torch.set_num_threads(threads or job.resources.sampler.cpu or job.sampling.torch_threads)
     torch.manual_seed(job.experiment.seed)  # the learner's initial weights
     algo = make_algorithm(job, spec, worker=worker, acting_seed=acting_seed)
     torch.manual_seed(torch_seed)  # after the weights: this sampler's own action noise

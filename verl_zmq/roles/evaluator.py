@@ -14,13 +14,10 @@ import math
 from pathlib import Path
 
 import numpy as np
-import torch
 import zmq
 
 from .. import wire
-from ..algos import make_algorithm
-from ..checkpoint import load as load_checkpoint
-from ..checkpoint import policy_state, save_atomic
+from ..actors import make_actor, numpy_acting
 from ..config import dumps_job
 from ..envs import env_spec, make_env
 from ..gossip import fingerprint
@@ -97,9 +94,14 @@ class EvaluatorRole(Role):
         import torch._dynamo  # noqa: F401 - building an algorithm's optimiser imports it
 
     async def setup(self) -> None:
-        torch.set_num_threads(self.job.resources.evaluator.cpu or 1)
         self.spec = env_spec(self.job.environment)
-        self.algo = make_algorithm(self.job, self.spec)
+        # acting in numpy where samplers do: no torch import (seconds of a core) at
+        # the job's start beside the learner's; torch comes when best.pt is written
+        seed = self.job.experiment.seed
+        self.algo = make_actor(self.job, self.spec, (0, 1), (seed, seed),
+                               threads=self.job.resources.evaluator.cpu or 1)
+        self.log.info("evaluator_acting", inference="numpy" if numpy_acting(self.job)
+                      else "torch")
         self.rms = RunningMeanStd(self.spec.obs_shape) if self.job.environment.normalize_obs \
             else None
         self.sub = self.ctx.transport.connect(zmq.SUB, hwm=4)
@@ -129,8 +131,12 @@ class EvaluatorRole(Role):
     def _best_so_far(self) -> float:
         """A resumed run keeps its best: best.pt is only replaced by a better one."""
         path = Path(self.ctx.run_dir) / "checkpoints" / "best.pt"
+        if not path.exists():
+            return -math.inf
+        from ..checkpoint import load
+
         try:
-            return float(load_checkpoint(path)["eval_return_mean"])
+            return float(load(path)["eval_return_mean"])
         except (OSError, KeyError, RuntimeError, ValueError, TypeError):
             return -math.inf
 
@@ -302,6 +308,8 @@ class EvaluatorRole(Role):
             mean = await self._confirmed(msg, mean, fp)
         if best and mean > self.best:
             self.best = mean
+            from ..checkpoint import policy_state, save_atomic  # torch: first needed here
+
             state = policy_state(
                 dumps_job(self.job), self.job.algorithm.name,
                 {k: v for k, v in msg.arrays.items() if not k.startswith("obs_rms/")},

@@ -115,9 +115,16 @@ def test_no_import_circles_between_modules():
     assert not circles, circles
 
 
-def test_the_registry_shards_samplers_and_launcher_import_no_torch():
+def test_the_registry_shards_samplers_evaluator_and_launcher_import_no_torch():
+    # the evaluator also evaluates an MLP policy without it (numpy, as samplers act)
     code = ("import sys; import verl_zmq.roles.registry, verl_zmq.roles.replay, "
             "verl_zmq.roles.sampler, verl_zmq.roles.service, launcher.cli; "
+            "from verl_zmq.roles.evaluator import evaluate; "
+            "from verl_zmq.actors import make_actor; from verl_zmq.config import load_job; "
+            "from verl_zmq.envs import env_spec; "
+            "job = load_job('configs/cartpole_ppo.toml', []); "
+            "a = make_actor(job, env_spec(job.environment), (0, 1), (0, 0)); "
+            "assert len(evaluate(a, job, None, 2, 0)) == 2; "
             "print('torch' in sys.modules)")
     r = subprocess.run([PY, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr

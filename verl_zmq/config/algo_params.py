@@ -63,7 +63,7 @@ class SACParams:
     batch_size: int = 256
     gamma: float = 0.99
     tau: float = 0.005
-    learning_starts: int = 1_000
+    learning_starts: int = 1_000  # env steps of random actions (uniform; tanh of coloured noise)
     init_alpha: float = 1.0
     autotune_alpha: bool = True  # false: the temperature stays at init_alpha
     target_entropy: float = 0.0  # 0: -dim(action)

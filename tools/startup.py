@@ -5,7 +5,7 @@ samplers acting in numpy (the default) and in torch, launches alternating in
 one invocation. Also: when the learner's role started (it imports torch) and
 when it finished its first update (training is under way).
 
-    python tools/startup.py [--launches 5] [--job configs/cartpole_ppo.toml]
+    python tools/startup.py [--launches 5] [--job configs/cartpole_ppo.toml] [--arms numpy]
 """
 
 from __future__ import annotations
@@ -48,21 +48,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--launches", type=int, default=5)
     ap.add_argument("--job", default=str(ROOT / "configs" / "cartpole_ppo.toml"))
+    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS),
+                    help="samplers' inference to launch with, alternating")
     args = ap.parse_args()
-    got: dict[str, list[float]] = {a: [] for a in ARMS}
+    got: dict[str, list[float]] = {a: [] for a in args.arms}
     print(f"{'launch':>6}{'samplers':>10}{'first env step s':>18}{'learner up s':>14}"
           f"{'first update s':>16}")
     nan = float("nan")
     for i in range(args.launches):
-        for arm, extra in ARMS.items():
-            s, learner, update = one(args.job, extra)
+        for arm in args.arms:
+            s, learner, update = one(args.job, ARMS[arm])
             got[arm].append(s if s is not None else float("inf"))
             print(f"{i:>6}{arm:>10}{s if s is not None else nan:>18.2f}"
                   f"{learner if learner is not None else nan:>14.2f}"
                   f"{update if update is not None else nan:>16.2f}", flush=True)
     med = {a: statistics.median(v) for a, v in got.items()}
-    print(f"\nmedian first env step: numpy {med['numpy']:.2f} s, torch {med['torch']:.2f} s; "
-          f"ratio numpy/torch {med['numpy'] / med['torch']:.2f}")
+    print("\nmedian first env step: " + ", ".join(f"{a} {m:.2f} s" for a, m in med.items()))
+    if len(med) == 2:
+        print(f"ratio numpy/torch {med['numpy'] / med['torch']:.2f}")
 
 
 if __name__ == "__main__":

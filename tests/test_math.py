@@ -185,6 +185,27 @@ def test_dqn_learns_a_one_step_target_and_reports_priorities():
     assert last.priorities.shape == (64,) and (last.priorities >= 0).all()
 
 
+def test_dqn_learning_rate_decays_linearly_to_zero_at_the_budget():
+    from verl_zmq.algos.base import Progress
+    from verl_zmq.algos.dqn import DQN
+    from verl_zmq.config import load_job
+    from verl_zmq.envs import EnvSpec
+
+    job = load_job("configs/cartpole_dqn.toml", ['algorithm.params.lr_schedule="linear"',
+                                                  "algorithm.params.learning_rate=0.002"])
+    algo = DQN(job, EnvSpec((4,), True, 2, ()))
+    batch = {"obs": np.ones((8, 4), np.float32), "action": np.zeros(8, np.int64),
+             "reward": np.ones(8, np.float32), "next_obs": np.zeros((8, 4), np.float32),
+             "discount": np.zeros(8, np.float32), "weight": np.ones(8, np.float32)}
+    for frac, lr in ((0.0, 0.002), (0.25, 0.0015), (1.0, 0.0)):
+        out = algo.learn(batch, Progress(env_steps=int(frac * 50_000), fraction=frac))
+        assert out.metrics["charts/learning_rate"] == pytest.approx(lr)
+        assert algo.opt.param_groups[0]["lr"] == pytest.approx(lr)
+    before = [p.detach().clone() for p in algo.q.parameters()]
+    algo.learn(batch, Progress(env_steps=50_000, fraction=1.0))  # at the budget: no step
+    assert all(torch.equal(a, b) for a, b in zip(before, algo.q.parameters()))
+
+
 def test_apex_epsilons():
     from verl_zmq.algos.dqn import DQN
     from verl_zmq.config import load_job

@@ -53,6 +53,12 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     return norm
 
 
+def scheduled(value: float, kind: str, fraction: float) -> float:
+    """A hyper-parameter at a point of training: "linear" decays it to 0 at the
+    job's budget (`fraction` of it done), "constant" keeps it."""
+    return value * max(0.0, 1.0 - fraction) if kind == "linear" else value
+
+
 def adam(params, lr: float, **kw) -> torch.optim.Adam:
     """Adam stepping all tensors in one foreach call, not a Python loop over them
     (the default on CPU): about a tenth of a small network's update."""

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..nets import mlp, obs_dim
-from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm
+from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
 from .exploration import apex_priorities, epsilon, epsilon_greedy
 
 
@@ -93,6 +93,9 @@ class DQN(Algorithm):
 
     def learn(self, batch, at: Progress = START):
         p = self.params
+        lr = scheduled(p.learning_rate, p.lr_schedule, at.fraction)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
         t = {k: self.to_device(batch[k])
              for k in ("obs", "action", "reward", "next_obs", "discount", "weight")}
         with self.autocast():
@@ -121,7 +124,7 @@ class DQN(Algorithm):
         return Learned({"losses/td_loss": float(loss.detach()),
                         "losses/q_mean": float(q.mean().detach()),
                         "losses/td_abs_mean": float(prio.mean()),
-                        "losses/grad_norm": float(gn)}, prio)
+                        "losses/grad_norm": float(gn), "charts/learning_rate": lr}, prio)
 
 
 ALGORITHM = DQN

@@ -17,7 +17,7 @@ import torch
 
 from ..batch import bootstrap, episodes
 from ..nets import actor_critic
-from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm
+from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
 from .reference import kl_estimate
 from .vtrace import vtrace
 
@@ -101,7 +101,7 @@ class PPO(Algorithm):
     # -- learning ---------------------------------------------------------------
 
     def _schedule(self, value: float, kind: str) -> float:
-        return value * max(0.0, 1.0 - self.progress) if kind == "linear" else value
+        return scheduled(value, kind, self.progress)
 
     def _clip(self) -> tuple[float, float]:
         c = self._schedule(self.params.clip_range, self.params.clip_schedule)

@@ -40,6 +40,7 @@ class DQNParams:
     """DQN hyper-parameters (double DQN, optional dueling, n-step)."""
 
     learning_rate: float = 1e-3
+    lr_schedule: Literal["constant", "linear"] = "constant"  # linear: to 0 at the budget
     batch_size: int = 64
     gamma: float = 0.99
     n_step: int = 1

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from verl_zmq.config import Job
 
+from .forking import ForkedProcess, ForkServer, forkable
 from .hosts import Host
 from .plan import Placement, Plan
 
@@ -136,18 +137,26 @@ class RoleProcess:
     err_path: Path
     env: dict = field(default_factory=dict)
     spare_argv: list[str] | None = None
-    proc: asyncio.subprocess.Process | None = None
-    spare: asyncio.subprocess.Process | None = None
+    proc: asyncio.subprocess.Process | ForkedProcess | None = None
+    spare: asyncio.subprocess.Process | ForkedProcess | None = None
     restarts: int = 0  # in all
     streak: int = 0  # restarts since it last stayed up for launch.restart_window_s
     started_at: float = 0.0  # monotonic
     exit_code: int | None = None
     spares_lost: int = 0  # spares that exited before they were used
+    forks: ForkServer | None = None  # local roles: forked from it while it lives
 
-    async def _spawn(self, argv: list[str]) -> asyncio.subprocess.Process:
+    async def _spawn(self, argv: list[str]):
+        """The role's process: forked by the fork server when it can, else exec'd
+        (an `asyncio.subprocess.Process`, or a `ForkedProcess` that acts as one)."""
         out = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         err = open(self.err_path, "ab")  # noqa: SIM115
         try:
+            if self.forks is not None and forkable(argv):
+                child = await self.forks.spawn(argv, {**os.environ, **self.env},
+                                               out.fileno(), err.fileno())
+                if child is not None:
+                    return child
             return await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=out, stderr=err,
                 start_new_session=True, env={**os.environ, **self.env})

@@ -18,6 +18,7 @@ from verl_zmq.ops import tb
 from verl_zmq.ops.runview import RunView
 
 from .affinity import cpu_specs
+from .forking import ForkedProcess, ForkServer
 from .plan import Placement, Plan
 from .remote import RoleProcess, check_reachable, full_argv, make_bundle
 
@@ -174,7 +175,8 @@ class Supervisor:
                     return
                 warm = await rp.start()
                 self.log.info("role_restarted", member=p.member_id, member_role=p.role,
-                              restarts=rp.restarts, after_s=delay, pid=rp.proc.pid, warm=warm)
+                              restarts=rp.restarts, after_s=delay, pid=rp.proc.pid, warm=warm,
+                              forked=isinstance(rp.proc, ForkedProcess))
                 continue
             self.failed.append(p.member_id)
             self.log.error("role_failed", member=p.member_id, member_role=p.role, exit_code=rc,
@@ -290,12 +292,14 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.on_signal, sig)
+        forks = await self._fork_server()
         watchers = []
         for rp in sorted(self.procs, key=lambda rp: START_ORDER.get(rp.placement.role, 9)):
             await rp.start()
             self.log.info("role_started", member=rp.placement.member_id,
                           member_role=rp.placement.role,
-                          host=self.plan.host_of(rp.placement).address, pid=rp.proc.pid)
+                          host=self.plan.host_of(rp.placement).address, pid=rp.proc.pid,
+                          forked=isinstance(rp.proc, ForkedProcess))
             watchers.append(asyncio.create_task(self._watch(rp)))
         progress = asyncio.create_task(self._progress_loop())
         spares = asyncio.create_task(self._spares_loop())
@@ -305,6 +309,8 @@ class Supervisor:
                 async with asyncio.timeout(1.0):
                     await self.wake.wait()
         await self._stop_all(finishing=not self.stopping)
+        if forks is not None:
+            forks.close()
         progress.cancel()
         spares.cancel()
         for w in watchers:
@@ -317,6 +323,22 @@ class Supervisor:
             with contextlib.suppress(OSError, ValueError):
                 self.console.write("\n")
         return self.outcome
+
+    async def _fork_server(self) -> ForkServer | None:
+        """The fork server for this host's roles (`launch.fork_server`), handed to
+        each of them; None (every role exec'd) when it is off or cannot start."""
+        local = [rp for rp in self.procs if self.plan.host_of(rp.placement).is_local]
+        if not self.job.launch.fork_server or not local:
+            return None
+        forks = await ForkServer.start(self.logs / "forkserver.err")
+        if forks is None:
+            self.log.warning("fork_server_unavailable", error=_last_lines(
+                self.logs / "forkserver.err", 3), fallback="each role its own interpreter")
+            return None
+        self.log.info("fork_server_started", pid=forks.proc.pid, roles=len(local))
+        for rp in local:
+            rp.forks = forks
+        return forks
 
     async def _stop_all(self, finishing: bool) -> None:
         """Let finishing roles exit on their own, then SIGTERM, grace, SIGKILL."""

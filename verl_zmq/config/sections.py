@@ -239,6 +239,7 @@ class Launch:
     restart_backoff_s: float = 1.0  # the first restart is at once; then this, doubling to 60 s
     restart_window_s: float = 600.0  # up this long: the role's restart budget starts afresh
     standby: list[str] = field(default_factory=lambda: ["learner", "peer"])  # warm spares
+    fork_server: bool = True  # local roles forked from one warm process (imports once)
     grace_s: float = 10.0  # between SIGTERM and SIGKILL when stopping
     python: str = ""  # interpreter on remote hosts (default python3)
     workdir: str = ""  # cd here on remote hosts before starting a role

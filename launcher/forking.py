@@ -1,0 +1,186 @@
+"""The launcher's side of the fork server (`forkserver.py`): start it, ask it for
+role processes, and hand each back as a `ForkedProcess`, which answers what the
+supervisor asks of an `asyncio.subprocess.Process` (pid, returncode, wait,
+stdin, send_signal)."""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+
+from .forkserver import MAX_MSG
+
+POLL_S = 0.5  # how often roles are checked for their end once the server is lost
+LOST_CODE = 1  # the exit code of a role whose end the lost server could not report
+
+
+class PipeWriter:
+    """The write end of a role's stdin: the job's bundle, then EOF when closed."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:  # a bundle is a few kilobytes; the role reads it at once
+            view = view[os.write(self.fd, view):]
+
+    async def drain(self) -> None:
+        return None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
+
+
+class ForkedProcess:
+    """A role forked by the fork server."""
+
+    def __init__(self, pid: int, stdin: PipeWriter, loop: asyncio.AbstractEventLoop):
+        self.pid = pid
+        self.stdin = stdin
+        self.returncode: int | None = None
+        self._done = loop.create_future()
+
+    def _exited(self, code: int) -> None:
+        if self.returncode is None:
+            self.returncode = code
+            self.stdin.close()
+            self._done.set_result(code)
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._done)
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:  # never a pid that may since belong to another
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """A running fork server, or a lost one (`alive` False: spawn plainly)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, sock: socket.socket):
+        self.proc, self.sock = proc, sock
+        self.loop = asyncio.get_running_loop()
+        self.alive = True
+        self.children: dict[int, ForkedProcess] = {}
+        self.early: dict[int, int] = {}  # exits reported before their pid was taken
+        self.replies: asyncio.Queue = asyncio.Queue()
+        self.lock = asyncio.Lock()  # one request at a time: replies come in order
+        self.loop.add_reader(sock.fileno(), self._readable)
+        self.poller: asyncio.Task | None = None
+
+    @classmethod
+    async def start(cls, err_path, timeout_s: float = 60.0) -> ForkServer | None:
+        """Start the server and wait for it to be ready; None when it cannot."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with open(err_path, "ab") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "launcher.forkserver", str(theirs.fileno()),
+                pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True)
+        theirs.close()
+        ours.setblocking(False)
+        server = cls(proc, ours)
+        try:
+            async with asyncio.timeout(timeout_s):
+                ready = await server.replies.get()
+        except TimeoutError:
+            ready = None
+        if not ready or "ready" not in ready:
+            server.close()
+            return None
+        return server
+
+    def _readable(self) -> None:
+        try:
+            msg = self.sock.recv(MAX_MSG)
+        except BlockingIOError:
+            return
+        except OSError:
+            msg = b""
+        if not msg:
+            self._lost()
+            return
+        data = json.loads(msg)
+        if "exit" in data:
+            child = self.children.pop(data["exit"], None)
+            if child is None:
+                self.early[data["exit"]] = data["code"]
+            else:
+                child._exited(data["code"])
+        else:
+            self.replies.put_nowait(data)
+
+    def _lost(self) -> None:
+        """The server is gone: its roles run on; notice each one's end by polling."""
+        if not self.alive:
+            return
+        self.alive = False
+        self.loop.remove_reader(self.sock.fileno())
+        self.replies.put_nowait(None)
+        self.poller = self.loop.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while self.children:
+            await asyncio.sleep(POLL_S)
+            for pid in list(self.children):
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    self.children.pop(pid)._exited(LOST_CODE)
+
+    async def spawn(self, argv: list[str], env: dict, out_fd: int, err_fd: int
+                    ) -> ForkedProcess | None:
+        """Fork a role for `argv` (a `python -m verl_zmq.cli` command line); None
+        when the server is lost (the caller starts the role plainly)."""
+        if not self.alive:
+            return None
+        r, w = os.pipe()
+        async with self.lock:
+            try:
+                req = json.dumps({"argv": argv, "env": env}).encode()
+                self.sock.sendmsg([req], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                           array.array("i", [r, out_fd, err_fd]))])
+            except OSError:
+                os.close(r)
+                os.close(w)
+                self._lost()
+                return None
+            os.close(r)
+            reply = await self.replies.get()
+        if not reply or "pid" not in reply:
+            os.close(w)
+            return None
+        child = ForkedProcess(reply["pid"], PipeWriter(w), self.loop)
+        if reply["pid"] in self.early:
+            child._exited(self.early.pop(reply["pid"]))
+        else:
+            self.children[reply["pid"]] = child
+        return child
+
+    def close(self) -> None:
+        """Let the server go (its socket's EOF ends it); the roles stop on their own."""
+        if self.alive:
+            self.alive = False
+            self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+        if self.poller is not None:
+            self.poller.cancel()
+
+
+def forkable(argv: list[str]) -> bool:
+    """A local `verl role` command line with our interpreter."""
+    return argv[:3] == [sys.executable, "-m", "verl_zmq.cli"]

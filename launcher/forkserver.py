@@ -1,0 +1,142 @@
+"""A fork server for the roles the launcher starts on its own host.
+
+Eight interpreters that each import numpy, gymnasium, zmq and structlog (and
+two of them torch) at once on a small machine spend seconds of CPU before the
+first env step. The fork server imports them once and forks each local role
+from that warm process, as multiprocessing's forkserver does with preloading:
+
+- the launcher starts `python -m launcher.forkserver FD` with one end of a
+  SOCK_SEQPACKET socket pair; the server imports the torch-free role modules,
+  then serves requests: a JSON message (the role's `verl_zmq.cli` argv, its
+  environment) and three file descriptors passed along
+  (SCM_RIGHTS: the read end of the role's stdin pipe, its log and its stderr);
+- the server never imports torch: a role that needs it (a learner) imports it
+  after the fork, so torch's threads never meet a fork, and a torch-free role
+  forked later (a restarted sampler) carries none of torch's address space
+  into its `resources.<role>.memory` limit;
+- the child starts a session of its own, takes the three descriptors as 0, 1,
+  2 and runs the same `verl role` entry point as an exec'd role would; the
+  server answers the child's pid and, when it exits, its exit code (negative:
+  the signal that killed it, as `asyncio` reports it);
+- roles stop on their stdin's EOF as before, so the launcher going away stops
+  them (no orphans); the server exits on its socket's EOF. When the server is
+  lost the launcher notices each of its roles' ends by polling, and starts
+  later roles as plain processes.
+
+Only `verl_zmq.cli` command lines are forked; remote roles (SSH, Slurm) and any
+other command are exec'd as before.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+
+MAX_MSG = 1 << 20
+
+
+def _preload() -> None:
+    """What every role imports, torch excepted."""
+    from verl_zmq.roles.base import role_class
+
+    for role in ("registry", "replay", "sampler", "evaluator"):
+        role_class(role)
+    import verl_zmq.cli  # noqa: F401
+    import verl_zmq.runner  # noqa: F401
+
+
+def _child(req: dict, fds: list[int], sock: socket.socket, wake_r: int, wake_w: int) -> None:
+    """In the forked child: become the role; never returns."""
+    import io
+    import traceback
+
+    code = 1
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sock.close()
+        os.close(wake_r)
+        os.close(wake_w)
+        for i, fd in enumerate(fds):
+            os.dup2(fd, i)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(req["env"])
+        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+        argv = req["argv"]
+        sys.argv = [argv[2], *argv[3:]]
+        from verl_zmq.cli import main
+
+        main(args=argv[3:], prog_name="verl", standalone_mode=True)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # the role could not start: say why where its errors go
+        traceback.print_exc()
+    finally:
+        for f in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # exiting either way
+                f.flush()
+        os._exit(code)
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        sock.send(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def serve(fd: int) -> None:
+    sock = socket.socket(fileno=fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when roles stop
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through wake_w
+    _preload()
+    if "torch" in sys.modules:  # a role module began to import it: fork nothing
+        sys.exit("fork server: torch was imported while preloading")
+    sock.send(json.dumps({"ready": os.getpid()}).encode())
+    while True:
+        ready, _, _ = select.select([sock, wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        _reap(sock)
+        if sock not in ready:
+            continue
+        fds = array.array("i")
+        msg, anc, _, _ = sock.recvmsg(MAX_MSG, socket.CMSG_SPACE(3 * fds.itemsize))
+        if not msg:
+            return  # the launcher is gone; the roles stop on their stdin's EOF
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+        req = json.loads(msg)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(req, list(fds), sock, wake_r, wake_w)
+        for f in fds:
+            os.close(f)
+        sock.send(json.dumps({"pid": pid}).encode())
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))

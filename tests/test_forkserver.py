@@ -1,0 +1,79 @@
+"""The fork server (launcher/forkserver.py) on a live CartPole job: every local
+role is forked from it; a role killed with -9 is reported with its signal and
+restarted from the server; with the server itself killed, the roles it forked
+keep running, the end of one of them is still noticed, and the launcher starts
+it again as a plain process; stopping the job leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.conftest import CONFIGS, kill_tree, read_events, start_job, wait_for
+
+LIVENESS_S = 1.0 * 3  # heartbeat_interval_s x heartbeat_liveness
+
+
+def _launcher(run, name):
+    return [e for e in read_events(run / "logs" / "launcher.jsonl") if e.get("event") == name]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie waiting for its parent counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _restarted(run, member):
+    return [e for e in _launcher(run, "role_restarted") if e["member"] == member]
+
+
+@pytest.mark.timeout(300)
+def test_forked_roles_report_their_signal_and_outlive_a_lost_server(tmp_path):
+    run = tmp_path / "run"
+    proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "training.total_timesteps=10000000",
+                     "launch.standby=[]")
+    try:
+        server = wait_for(lambda: _launcher(run, "fork_server_started"), 60,
+                          what="the fork server")[0]["pid"]
+        started = wait_for(lambda: len(_launcher(run, "role_started")) == 8
+                           and _launcher(run, "role_started"), 60, what="every role")
+        assert all(e["forked"] for e in started), started
+        pids = {e["member"]: e["pid"] for e in started}
+        wait_for(lambda: any(e.get("event") == "first_update"
+                             for e in read_events(run / "logs" / "learner-0.jsonl")),
+                 120, what="training")
+
+        os.kill(pids["sampler-1"], signal.SIGKILL)
+        again = wait_for(lambda: _restarted(run, "sampler-1"), 30, what="sampler-1 restarted")
+        died = [e for e in _launcher(run, "role_died") if e["member"] == "sampler-1"]
+        assert died[0]["exit_code"] == -signal.SIGKILL, died
+        assert again[0]["forked"] is True
+        pids["sampler-1"] = again[0]["pid"]
+
+        os.kill(server, signal.SIGKILL)
+        time.sleep(0.5)
+        assert all(_alive(p) for p in pids.values())  # its roles run on without it
+        os.kill(pids["sampler-2"], signal.SIGKILL)
+        again = wait_for(lambda: _restarted(run, "sampler-2"), 30, what="sampler-2 restarted")
+        assert again[0]["forked"] is False  # no server: its own interpreter
+        pids["sampler-2"] = again[0]["pid"]
+        wait_for(lambda: sum(e.get("event") == "sampling_started" for e in
+                             read_events(run / "logs" / "sampler-2.jsonl")) >= 2, 60,
+                 what="the new sampler-2 stepping")
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        kill_tree(proc)
+    gone = wait_for(lambda: not any(_alive(p) for p in pids.values()), 30 + LIVENESS_S,
+                    what="every role gone")
+    assert gone

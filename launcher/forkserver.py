@@ -47,6 +47,8 @@ def _preload() -> None:
 
     for role in ("registry", "replay", "sampler", "evaluator"):
         role_class(role)
+    import ctypes  # noqa: F401 - each child names itself with it
+
     import verl_zmq.cli  # noqa: F401
     import verl_zmq.runner  # noqa: F401
 
@@ -76,6 +78,7 @@ def _child(req: dict, fds: list[int], sock: socket.socket, wake_r: int, wake_w: 
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
         argv = req["argv"]
         sys.argv = [argv[2], *argv[3:]]
+        _name(argv)
         from verl_zmq.cli import main
 
         main(args=argv[3:], prog_name="verl", standalone_mode=True)
@@ -89,6 +92,16 @@ def _child(req: dict, fds: list[int], sock: socket.socket, wake_r: int, wake_w: 
             with contextlib.suppress(Exception):  # exiting either way
                 f.flush()
         os._exit(code)
+
+
+def _name(argv: list[str]) -> None:
+    """The process's name (what `top` and `ps -o comm` show) is its member id: its
+    command line is the fork server's."""
+    import ctypes
+
+    name = argv[argv.index("--id") + 1] if "--id" in argv else argv[4]
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 
 
 def _reap(sock: socket.socket) -> None:

@@ -49,6 +49,8 @@ def test_forked_roles_report_their_signal_and_outlive_a_lost_server(tmp_path):
                            and _launcher(run, "role_started"), 60, what="every role")
         assert all(e["forked"] for e in started), started
         pids = {e["member"]: e["pid"] for e in started}
+        with open(f"/proc/{pids['sampler-0']}/comm") as f:  # named for `top`: the member
+            assert f.read().strip() == "sampler-0"
         wait_for(lambda: any(e.get("event") == "first_update"
                              for e in read_events(run / "logs" / "learner-0.jsonl")),
                  120, what="training")

@@ -18,6 +18,7 @@ no seed's is more than 10% of its magnitude below it.
     python tools/bench_suite.py --quick --seeds 0 1 2 [--markdown table.md]
     python tools/bench_suite.py --long                # BipedalWalker, HalfCheetah, LunarLander DQN
     python tools/bench_suite.py --tasks acrobot-dqn pendulum-sac --seeds 0
+    python tools/bench_suite.py --tasks cartpole-dqn --set algorithm.params.lr_schedule=\"linear\"
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def final_return(run: Path, episodes: int) -> float | None:
     return float(rets.mean())
 
 
-def run_once(task: Task, seed: int, episodes: int) -> dict:
+def run_once(task: Task, seed: int, episodes: int, sets: tuple[str, ...] = ()) -> dict:
     """One fresh job to the task's budget (no early stop): its evaluations, and its
     final policy's return on `episodes` episodes."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,7 +94,7 @@ def run_once(task: Task, seed: int, episodes: int) -> dict:
         t0 = time.time()
         rc, wall = launch(ROOT / "configs" / task.job, run,
                           [f"experiment.seed={seed}", f"training.total_timesteps={task.budget}",
-                           *task.overrides], timeout=6 * 3600)
+                           *task.overrides, *sets], timeout=6 * 3600)
         try:
             summary = json.loads((run / "summary.json").read_text())
         except (OSError, ValueError):
@@ -158,6 +159,8 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", choices=sorted(BY_NAME), default=None)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--markdown", default=None, help="also write the table here")
+    ap.add_argument("--set", dest="sets", action="append", default=[],
+                    help="a job override for every run (section.key=value), to try a variant")
     ap.add_argument("--final-episodes", type=int, default=100,
                     help="episodes the final policy is evaluated on")
     a = ap.parse_args()
@@ -170,7 +173,7 @@ def main() -> None:
             continue
         runs = []
         for seed in a.seeds:
-            r = run_once(task, seed, a.final_episodes)
+            r = run_once(task, seed, a.final_episodes, tuple(a.sets))
             runs.append(r)
             print(f"{task.name} seed {seed}: final {_fmt(r['final'])} ({a.final_episodes} "
                   f"episodes; last evaluation in training {_fmt(r['last_eval'])}) "

@@ -2,8 +2,9 @@
 """Time to the first env step: from starting `verl-launch` to the first
 `sampling_started` event in any sampler's log, for the main job, with the
 samplers acting in numpy (the default) and in torch, launches alternating in
-one invocation. Also: when the learner's role started (it imports torch) and
-when it finished its first update (training is under way).
+one invocation; `--arms numpy exec` compares the fork server (the default) with
+every local role started as its own interpreter. Also: when the learner's role
+started (it imports torch) and when it finished its first update.
 
     python tools/startup.py [--launches 5] [--job configs/cartpole_ppo.toml] [--arms numpy]
 """
@@ -18,7 +19,9 @@ from pathlib import Path
 
 from _jobs import ROOT, events, sampling_start, start, stop
 
-ARMS = {"numpy": ['sampling.inference="numpy"'], "torch": ['sampling.inference="torch"']}
+# "exec": numpy samplers, each local role its own interpreter (no fork server)
+ARMS = {"numpy": ['sampling.inference="numpy"'], "torch": ['sampling.inference="torch"'],
+        "exec": ['sampling.inference="numpy"', "launch.fork_server=false"]}
 
 
 def first(run: Path, member: str, event: str) -> float | None:
@@ -48,7 +51,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--launches", type=int, default=5)
     ap.add_argument("--job", default=str(ROOT / "configs" / "cartpole_ppo.toml"))
-    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS),
+    ap.add_argument("--arms", nargs="+", choices=list(ARMS), default=["numpy", "torch"],
                     help="samplers' inference to launch with, alternating")
     args = ap.parse_args()
     got: dict[str, list[float]] = {a: [] for a in args.arms}
@@ -64,8 +67,9 @@ def main() -> None:
                   f"{update if update is not None else nan:>16.2f}", flush=True)
     med = {a: statistics.median(v) for a, v in got.items()}
     print("\nmedian first env step: " + ", ".join(f"{a} {m:.2f} s" for a, m in med.items()))
-    if len(med) == 2:
-        print(f"ratio numpy/torch {med['numpy'] / med['torch']:.2f}")
+    for other in ("torch", "exec"):
+        if "numpy" in med and other in med:
+            print(f"ratio numpy/{other} {med['numpy'] / med[other]:.2f}")
 
 
 if __name__ == "__main__":

@@ -40,8 +40,7 @@ def _restarted(run, member):
 @pytest.mark.timeout(300)
 def test_forked_roles_report_their_signal_and_outlive_a_lost_server(tmp_path):
     run = tmp_path / "run"
-    proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "training.total_timesteps=10000000",
-                     "launch.standby=[]")
+    proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "training.total_timesteps=10000000")
     try:
         server = wait_for(lambda: _launcher(run, "fork_server_started"), 60,
                           what="the fork server")[0]["pid"]
@@ -72,6 +71,12 @@ def test_forked_roles_report_their_signal_and_outlive_a_lost_server(tmp_path):
         wait_for(lambda: sum(e.get("event") == "sampling_started" for e in
                              read_events(run / "logs" / "sampler-2.jsonl")) >= 2, 60,
                  what="the new sampler-2 stepping")
+        # nothing else died: a forked evaluator that blocked its event loop importing
+        # torch for best.pt lost the registry and hit a libzmq assertion
+        wait_for(lambda: any(e.get("event") == "evaluated" and e["env_steps"] >= 10_000
+                             for e in read_events(run / "logs" / "evaluator-0.jsonl")),
+                 120, what="evaluations after best.pt was first written")
+        assert {e["member"] for e in _launcher(run, "role_died")} == {"sampler-1", "sampler-2"}
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
     finally:

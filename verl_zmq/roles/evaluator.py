@@ -84,6 +84,13 @@ def evaluate(algo, job, rms: RunningMeanStd | None, episodes: int, seed: int,
         venv.close()
 
 
+def _write_best(path: Path, job_text: str, algorithm: str, policy: dict, rms, meta: dict
+                ) -> None:
+    from ..checkpoint import policy_state, save_atomic  # torch: first needed here
+
+    save_atomic(policy_state(job_text, algorithm, policy, rms, **meta), path)
+
+
 class EvaluatorRole(Role):
     """Measures the deterministic return of published params."""
 
@@ -308,16 +315,14 @@ class EvaluatorRole(Role):
             mean = await self._confirmed(msg, mean, fp)
         if best and mean > self.best:
             self.best = mean
-            from ..checkpoint import policy_state, save_atomic  # torch: first needed here
-
-            state = policy_state(
-                dumps_job(self.job), self.job.algorithm.name,
-                {k: v for k, v in msg.arrays.items() if not k.startswith("obs_rms/")},
-                self.rms.to_arrays() if self.rms is not None else None,
-                env_steps=msg.env_steps, version=msg.version, eval_return_mean=mean)
+            policy = {k: np.array(v) for k, v in msg.arrays.items()
+                      if not k.startswith("obs_rms/")}
+            rms = self.rms.to_arrays() if self.rms is not None else None
+            meta = dict(env_steps=msg.env_steps, version=msg.version, eval_return_mean=mean)
             path = Path(self.ctx.run_dir) / "checkpoints" / "best.pt"
-            try:
-                await asyncio.to_thread(save_atomic, state, path)
+            try:  # in a thread: the first write imports torch (seconds), the loop goes on
+                await asyncio.to_thread(_write_best, path, dumps_job(self.job),
+                                        self.job.algorithm.name, policy, rms, meta)
             except OSError as e:
                 write_failed(self.log, "best_model_failed", path, e, "keeping the last best.pt")
 

@@ -119,7 +119,7 @@ class EvaluatorRole(Role):
         self.reached: set[str] = set()
         self.finals: set[str] = set()
         self.trainers: set[str] = set()
-        self.best = self._best_so_far()
+        self.best = await asyncio.to_thread(self._best_so_far)  # torch, on a resume
         self.last: dict[str, float] = {}
         self.evaluations = 0
         self.results: dict[str, np.ndarray] = {}  # params fingerprint -> returns (newest)

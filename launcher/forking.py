@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import socket
 import sys
 
@@ -63,9 +62,6 @@ class ForkedProcess:
         if self.returncode is None:  # never a pid that may since belong to another
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
 
 
 class ForkServer:

@@ -109,9 +109,10 @@ class DQN(Algorithm):
             loss = (t["weight"].float() * F.smooth_l1_loss(q, target, reduction="none")).mean()
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
+        params = list(self.q.parameters())
         if self.reduce_grads is not None:  # data-parallel ranks: the group's gradient
-            self.reduce_grads(list(self.q.parameters()), {})
-        gn = clip_grad_norm(list(self.q.parameters()), p.max_grad_norm)
+            self.reduce_grads(params, {})
+        gn = clip_grad_norm(params, p.max_grad_norm)
         self.opt.step()
         self.updates += 1
         if p.tau < 1.0:

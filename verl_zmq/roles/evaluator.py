@@ -315,8 +315,8 @@ class EvaluatorRole(Role):
             mean = await self._confirmed(msg, mean, fp)
         if best and mean > self.best:
             self.best = mean
-            policy = {k: np.array(v) for k, v in msg.arrays.items()
-                      if not k.startswith("obs_rms/")}
+            # views of the received frames: policy_state copies them, in the thread
+            policy = {k: v for k, v in msg.arrays.items() if not k.startswith("obs_rms/")}
             rms = self.rms.to_arrays() if self.rms is not None else None
             meta = dict(env_steps=msg.env_steps, version=msg.version, eval_return_mean=mean)
             path = Path(self.ctx.run_dir) / "checkpoints" / "best.pt"

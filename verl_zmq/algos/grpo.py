@@ -156,7 +156,7 @@ class GRPO(PPO):
     def learn(self, batch, at: Progress = START) -> Learned:
         out = super().learn(batch, at)
         out.metrics.update(self._stats)
-        for k in ("losses/explained_variance",):
+        for k in ("losses/explained_variance", "losses/value_spread"):  # no critic
             out.metrics.pop(k, None)
         return out
 

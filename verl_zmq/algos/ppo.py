@@ -294,6 +294,8 @@ class PPO(Algorithm):
         y, pred = data["ret"], data["value"]
         var = float(y.var()) if y.numel() > 1 else 0.0
         out["losses/explained_variance"] = (1 - float((y - pred).var()) / var) if var > 0 else 0.0
+        # the critic's spread against its targets': about 0 when it answers one constant
+        out["losses/value_spread"] = float(pred.std()) / var ** 0.5 if var > 0 else 1.0
         out["charts/learning_rate"] = self.opt.param_groups[0]["lr"]
         out["charts/clip_range"] = self._clip()[1]
         out["charts/batch_steps"] = float(n)

@@ -29,6 +29,7 @@ from ..envs import EnvSpec
 from ..files import clean_temporaries, free_mb
 from ..log import write_failed
 from ..normalize import RunningMeanStd, scale_rewards
+from .critic_watch import CriticWatch
 from .state import TrainState
 
 Hook = Callable[[], Awaitable[None]]
@@ -69,6 +70,7 @@ class Trainer:
         self.rng = np.random.default_rng(job.experiment.seed)  # checkpointed: exact resume
         self.returns: deque[float] = deque(maxlen=100)
         self.last_metrics: dict[str, float] = {}
+        self.critic = CriticWatch(rewards_scaled=job.environment.normalize_reward)
         self.learn_s = 0.0
         self.updates_here = 0  # updates by this process (a restart counts afresh)
         self.next_ckpt = job.checkpoint.interval_steps
@@ -105,6 +107,8 @@ class Trainer:
         self.learn_s += dt
         self.state.version += 1
         self.last_metrics = learned.metrics
+        if (flat := self.critic.check(learned.metrics)) is not None:
+            self.log.warning("critic_flat", version=self.state.version, **flat)
         self.log.debug("updated", version=self.state.version, learn_s=round(dt, 4))
         if self.updates_here == 0:  # this process trains: what a restart waits for
             self.log.info("first_update", version=self.state.version,

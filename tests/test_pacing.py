@@ -28,6 +28,25 @@ def test_a_sampler_ships_its_share_of_each_update_plus_its_lead():
     assert p.base == 1 and _ship_all(p) == 1
 
 
+def _lags(lead: int, updates: int = 6) -> list[int]:
+    """One sampler (a whole batch per update) and a learner that trains as soon as a
+    batch is there: the policy lag of the batch each update trains on."""
+    p, queue, lags = Pacer(share=1.0, lead=lead), [], []
+    p.heard(0)
+    for version in range(updates):
+        while p.may_ship():  # collected with the params heard last
+            p.shipped_one()
+            queue.append(version)
+        lags.append(version - queue.pop(0))  # this update's batch
+        p.heard(version + 1)  # the update ends; meanwhile the sampler shipped nothing more
+    return lags
+
+
+def test_lead_one_takes_turns_with_fresh_batches_and_lead_two_overlaps_one_behind():
+    assert _lags(1) == [0] * 6  # sampling and learning alternate
+    assert _lags(2) == [0] + [1] * 5  # the next batch is collected during this update
+
+
 def test_lost_fragments_are_forgiven_and_a_shard_change_counts_afresh():
     p = Pacer(share=1.0, lead=1)
     p.heard(5)

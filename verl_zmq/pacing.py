@@ -5,12 +5,15 @@ group, so a sampler's fair share is that divided by the group's samplers. With
 `sampling.lead_updates = k` a sampler may ship its share for the updates its
 learner has made (as the params it hears say: `Params.updates`, not the
 version, which a gossip peer also moves when it mixes in parameters without
-consuming a batch) plus `k` more: it
-collects the next batch while the learner trains on this one (overlap), and
-the queue between them stays about k batches deep, so fragments arrive about k
-updates old instead of piling up in shard and socket queues and being dropped
-for lag. A learner heard counting from fewer updates (restarted) starts the
-count afresh. No I/O: the sampler role asks `may_ship` and reports.
+consuming a batch) plus `k` more, so k batches are in flight. With k = 1 (the
+default) that is the batch the learner trains on next: samplers collect it
+after hearing the update before, sampling and learning take turns, and
+fragments arrive fresh (lag 0), as in a synchronous loop but without a barrier
+between samplers. With k = 2 samplers collect the next batch while the learner
+trains on this one (overlap), and fragments arrive one update old. Either way
+nothing piles up in shard and socket queues to be dropped for lag. A learner
+heard counting from fewer updates (restarted) starts the count afresh. No I/O:
+the sampler role asks `may_ship` and reports.
 """
 
 from __future__ import annotations

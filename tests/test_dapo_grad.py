@@ -27,6 +27,19 @@ def _ev(path, name):
     return [e for e in read_events(path) if e.get("event") == name]
 
 
+def _members_by_params(evs: list[dict]) -> dict[str, set[str]]:
+    """The peers each evaluated set of parameters (after version 0) was credited to."""
+    out: dict[str, set[str]] = {}
+    for e in evs:
+        if e["version"] > 0:
+            out.setdefault(e["params"], set()).add(e["member"])
+    return out
+
+
+def _shared(evs: list[dict]) -> bool:
+    return any(len(m) > 1 for m in _members_by_params(evs).values())
+
+
 @pytest.fixture(scope="module")
 def grad_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("dapo_grad") / "run"
@@ -36,8 +49,11 @@ def grad_run(tmp_path_factory):
     try:
         wait_for(lambda: all(len(_ev(logs / f"peer-{i}.jsonl", "gossip_round_mixed")) >= 1
                              for i in range(4)), 300, what="a parameter round on every peer")
-        wait_for(lambda: len([e for e in _ev(logs / "evaluator-0.jsonl", "evaluated")
-                              if e["version"] > 0]) >= 2, 300, what="peers evaluated")
+        # the kill waits for the evaluator to have seen one set of parameters on two
+        # peers: under load its subscriptions to the other peers may come up only
+        # after it has evaluated peer-0 alone a few times
+        wait_for(lambda: _shared(_ev(logs / "evaluator-0.jsonl", "evaluated")), 300,
+                 what="one evaluated set of parameters held by two peers")
         pid = [e["pid"] for e in _ev(logs / "launcher.jsonl", "role_started")
                if e.get("member") == "peer-3"][-1]
         os.kill(pid, signal.SIGKILL)  # updates are rounds: it dies inside one
@@ -87,10 +103,7 @@ def test_gradient_rounds_keep_the_peers_parameters_identical(grad_run):
         pytest.skip("a round before the kill went without a peer (a loaded machine)")
     evs = [e for e in _ev(logs / "evaluator-0.jsonl", "evaluated")
            if e["ts"] < grad_run["killed_at"] and e["version"] > 0]
-    members_by_params: dict[str, set[str]] = {}
-    for e in evs:
-        members_by_params.setdefault(e["params"], set()).add(e["member"])
-    assert any(len(m) > 1 for m in members_by_params.values()), evs
+    assert _shared(evs), evs
     # and one version is one set of parameters, whoever holds it
     by_version: dict[int, set[str]] = {}
     for e in evs:

@@ -19,6 +19,12 @@ no seed's is more than 10% of its magnitude below it.
     python tools/bench_suite.py --long                # BipedalWalker, HalfCheetah, LunarLander DQN
     python tools/bench_suite.py --tasks acrobot-dqn pendulum-sac --seeds 0
     python tools/bench_suite.py --tasks cartpole-dqn --set algorithm.params.lr_schedule=\"linear\"
+    python tools/bench_suite.py --tasks acrobot-ppo --sb3   # and SB3 on the same seeds
+
+With `--sb3` (the `bench` extra), each seed of a task with the zoo's SB3 settings
+below also trains Stable-Baselines3 with them to the same budget, its final
+model evaluated on the same episodes (`tools/sb3_final.py`): the zoo's figure is
+one run, and this says what its settings give on these seeds.
 """
 
 from __future__ import annotations
@@ -26,12 +32,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from _jobs import ROOT, launch, launcher_start, time_to_return
+from bench_learning import ZOO
 
 
 @dataclass(frozen=True)
@@ -63,20 +72,30 @@ TASKS = [
 ]
 BY_NAME = {t.name: t for t in TASKS}
 
+# rl-baselines3-zoo's settings for SB3 (hyperparams/*.yml), for `--sb3`
+SB3 = {
+    "cartpole-ppo": ZOO["ppo-cartpole"], "cartpole-dqn": ZOO["dqn-cartpole"],
+    "pendulum-sac": ZOO["sac-pendulum"], "lunarlander-ppo": ZOO["lunarlander-ppo"],
+    "acrobot-ppo": dict(algo="PPO", env="Acrobot-v1", n_envs=16, normalize=True,
+                        kwargs=dict(n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4,
+                                    ent_coef=0.0)),
+}
+
 
 FINAL_SEEDS = 1_000_000  # the final evaluation's first episode seed: apart from the job's
 
 
-def final_return(run: Path, episodes: int) -> float | None:
-    """The mean return of the run's last checkpoint over `episodes` episodes, each
-    deterministic where the job evaluates deterministically (as the zoo: the mode,
-    except where the job samples)."""
+def checkpoint_return(run: Path, name: str, episodes: int) -> float | None:
+    """The mean return of the run's checkpoint `name` (latest.pt: the final policy;
+    best.pt: the evaluator's pick) over `episodes` episodes on seeds the job never
+    evaluated on, each deterministic where the job evaluates deterministically (as
+    the zoo: the mode, except where the job samples)."""
     import torch
 
     from verl_zmq.ops.export import load_policy
     from verl_zmq.roles.evaluator import evaluate
 
-    found = sorted(run.glob("**/latest.pt"))
+    found = sorted(run.glob(f"**/{name}"))
     if not found:
         return None
     torch.set_num_threads(2)
@@ -102,31 +121,54 @@ def run_once(task: Task, seed: int, episodes: int, sets: tuple[str, ...] = ()) -
         evals = summary.get("evaluations") or []
         ts, steps = time_to_return(run, task.zoo_return)
         start = launcher_start(run) or t0
-        final = final_return(run, episodes)
+        final = checkpoint_return(run, "latest.pt", episodes)
+        # the model a user is handed: the evaluator's pick (confirmed by a second
+        # evaluation where the job asks), measured afresh as the final policy is
+        best_model = checkpoint_return(run, "best.pt", episodes)
     rets = [e["return_mean"] for e in evals]
-    return {"rc": rc, "wall_s": wall, "final": final,
+    return {"rc": rc, "wall_s": wall, "final": final, "best_model": best_model,
             "last_eval": rets[-1] if rets else None,
             "best": max(rets) if rets else None, "steps": steps,
             "to_target_s": ts - start if ts is not None else None}
+
+
+def run_sb3(task: Task, seed: int, episodes: int) -> float | None:
+    """SB3 with the zoo's settings for this task to its budget: its final model's
+    mean return on the episodes ours is evaluated on (None without settings)."""
+    cfg = SB3.get(task.name)
+    if cfg is None:
+        return None
+    payload = {k: cfg[k] for k in ("algo", "env", "n_envs", "kwargs")}
+    payload.update(normalize=cfg.get("normalize", False), budget=task.budget, seed=seed,
+                   episodes=episodes, first_seed=FINAL_SEEDS)
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "sb3_final.py"),
+                        json.dumps(payload)], capture_output=True, text=True, timeout=6 * 3600)
+    if r.returncode != 0:
+        raise RuntimeError(f"sb3_final.py: {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])["final"]
 
 
 def _fmt(x, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _mean_min(xs: list) -> str:
+    xs = [x for x in xs if x is not None]
+    return f"{_fmt(statistics.mean(xs) if xs else None)} (min {_fmt(min(xs) if xs else None)})"
+
+
 def row(task: Task, runs: list[dict]) -> dict:
     finals = [r["final"] for r in runs if r["final"] is not None]
-    bests = [r["best"] for r in runs if r["best"] is not None]
     reached = [r for r in runs if r["steps"] is not None]
     floor = task.zoo_return - 0.1 * abs(task.zoo_return)
     ok = len(finals) == len(runs) and statistics.mean(finals) >= task.zoo_return \
         and min(finals) >= floor
     return {
         "task": task.name, "zoo": f"{task.zoo_return:g} @{task.budget // 1000}k",
-        "final": f"{_fmt(statistics.mean(finals) if finals else None)} "
-                 f"(min {_fmt(min(finals) if finals else None)})",
-        "best": f"{_fmt(statistics.mean(bests) if bests else None)} "
-                f"(min {_fmt(min(bests) if bests else None)})",
+        "final": _mean_min(finals),
+        "best_model": _mean_min([r["best_model"] for r in runs]),
+        "sb3": _mean_min([r.get("sb3") for r in runs]),
+        "best": _mean_min([r["best"] for r in runs]),
         "reached": f"{len(reached)}/{len(runs)}",
         "steps": _fmt(statistics.mean(r["steps"] for r in reached) if reached else None, ",.0f"),
         "to_target_s": _fmt(statistics.mean(r["to_target_s"] for r in reached
@@ -138,7 +180,10 @@ def row(task: Task, runs: list[dict]) -> dict:
 
 
 COLUMNS = [("task", "task"), ("zoo", "zoo return @budget"),
-           ("final", "ours final, mean (min)"), ("best", "ours best in training, mean (min)"),
+           ("final", "ours final, mean (min)"),
+           ("best_model", "ours best.pt, mean (min)"),
+           ("best", "ours best in training, mean (min)"),
+           ("sb3", "SB3 zoo settings final, mean (min)"),
            ("reached", "reached zoo"),
            ("steps", "env steps to it"), ("to_target_s", "s to it"), ("wall_s", "wall s/run"),
            ("pass", "")]
@@ -163,6 +208,8 @@ def main() -> None:
                     help="a job override for every run (section.key=value), to try a variant")
     ap.add_argument("--final-episodes", type=int, default=100,
                     help="episodes the final policy is evaluated on")
+    ap.add_argument("--sb3", action="store_true",
+                    help="also SB3 with the zoo's settings on each seed (the bench extra)")
     a = ap.parse_args()
     tasks = [BY_NAME[n] for n in a.tasks] if a.tasks else \
         [t for t in TASKS if (t.long and a.long) or (not t.long and (a.quick or not a.long))]
@@ -174,9 +221,13 @@ def main() -> None:
         runs = []
         for seed in a.seeds:
             r = run_once(task, seed, a.final_episodes, tuple(a.sets))
+            if a.sb3:
+                r["sb3"] = run_sb3(task, seed, a.final_episodes)
             runs.append(r)
             print(f"{task.name} seed {seed}: final {_fmt(r['final'])} ({a.final_episodes} "
                   f"episodes; last evaluation in training {_fmt(r['last_eval'])}) "
+                  f"best.pt {_fmt(r['best_model'])} ({a.final_episodes} episodes) "
+                  f"sb3 final {_fmt(r.get('sb3'))} "
                   f"best {_fmt(r['best'])} "
                   f"steps to {task.zoo_return:g} {_fmt(r['steps'], ',')} "
                   f"wall {r['wall_s']:.0f} s exit {r['rc']}", flush=True)

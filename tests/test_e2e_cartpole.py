@@ -87,18 +87,20 @@ def test_verl_run_in_one_process(tmp_path):
 
 @pytest.mark.timeout(900)
 def test_best_model_is_kept_on_a_confirmed_evaluation(cartpole_run):
-    """A new best is evaluated again on other episode seeds; best.pt holds the mean of
-    both, and only candidates whose mean beats the previous best replaced it."""
+    """A new best is evaluated again on other episode seeds (3 x n_eval_episodes of
+    them); best.pt holds that second evaluation's mean, and only candidates whose
+    second evaluation beats the previous best replaced it."""
     import torch
 
     run = cartpole_run["run"]
-    checked = [e for e in read_events(run / "logs" / "evaluator-0.jsonl")
-               if e.get("event") == "best_checked"]
+    events = read_events(run / "logs" / "evaluator-0.jsonl")
+    checked = [e for e in events if e.get("event") == "best_checked"]
     assert checked, "no best-model candidate was checked"
+    first = next(e["episodes"] for e in events if e.get("event") == "evaluated")
     for e in checked:
-        assert e["mean"] == pytest.approx(0.5 * (e["first"] + e["second"]))
-        assert e["kept"] == (e["mean"] > e["previous_best"])
+        assert e["score"] == e["second"] and e["episodes"] == 3 * first
+        assert e["kept"] == (e["score"] > e["previous_best"])
     kept = [e for e in checked if e["kept"]]
     best = torch.load(run / "checkpoints" / "best.pt", weights_only=True)
-    assert float(best["eval_return_mean"]) == pytest.approx(kept[-1]["mean"])
+    assert float(best["eval_return_mean"]) == pytest.approx(kept[-1]["score"])
     assert int(best["env_steps"]) == kept[-1]["env_steps"]

@@ -41,6 +41,10 @@ def check_semantics(job: Job, source: str) -> None:
         ("evaluation.n_eval_episodes", job.evaluation.n_eval_episodes),
         ("checkpoint.interval_steps", job.checkpoint.interval_steps),
     ])
+    if job.evaluation.confirm_episodes < 0:
+        raise ConfigError(f"{source}: evaluation.confirm_episodes: expected 0 (3 x "
+                          f"n_eval_episodes) or a positive number of episodes, got "
+                          f"{job.evaluation.confirm_episodes!r}")
     _check_launch(job, source)
     _check_learners(job, source)
     _check_replay(job, source)

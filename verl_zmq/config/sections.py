@@ -157,10 +157,11 @@ class Evaluation:
     seed: int = 1_000_003  # episode i is seeded seed + i, apart from training envs
     deterministic: bool = True  # the policy's mode, not a sample
     stop_at_return: float | None = None  # stop the job once an eval reaches it
-    # a new best is evaluated again on other episode seeds, and best.pt is kept only
-    # when the mean of both evaluations beats the best: one lucky set of episodes
-    # does not make the best model
+    # a new best is evaluated again on other episode seeds, and best.pt is kept on
+    # that second evaluation alone: the first picked the candidate for being high,
+    # so it is biased upwards; one lucky set of episodes does not make the best model
     confirm_best: bool = True
+    confirm_episodes: int = 0  # episodes of the second evaluation; 0: 3 x n_eval_episodes
     # merged over environment.kwargs for evaluation episodes only (held-out prompts,
     # a task's exact-match score)
     env_kwargs: dict = field(default_factory=dict)

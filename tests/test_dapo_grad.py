@@ -27,17 +27,13 @@ def _ev(path, name):
     return [e for e in read_events(path) if e.get("event") == name]
 
 
-def _members_by_params(evs: list[dict]) -> dict[str, set[str]]:
-    """The peers each evaluated set of parameters (after version 0) was credited to."""
-    out: dict[str, set[str]] = {}
+def _shared(evs: list[dict]) -> bool:
+    """Some set of parameters evaluated after version 0 was credited to two peers."""
+    members: dict[str, set[str]] = {}
     for e in evs:
         if e["version"] > 0:
-            out.setdefault(e["params"], set()).add(e["member"])
-    return out
-
-
-def _shared(evs: list[dict]) -> bool:
-    return any(len(m) > 1 for m in _members_by_params(evs).values())
+            members.setdefault(e["params"], set()).add(e["member"])
+    return any(len(m) > 1 for m in members.values())
 
 
 @pytest.fixture(scope="module")

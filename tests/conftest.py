@@ -156,15 +156,18 @@ def cartpole_run(tmp_path_factory):
         launcher_log = run / "logs" / "launcher.jsonl"
 
         def sampler_pid():
-            # once the sampler has shipped fragments, kill it mid-job
-            if not any(e.get("event") == "metrics" and e.get("sampler/fragments", 0) > 0
+            # once the sampler steps its envs, kill it mid-job: the job cannot end
+            # before the learner (importing torch meanwhile) has trained. Waiting for
+            # its first metrics event (logging.interval_s, 5 s) let a run that
+            # reached 475 at 8,448 env steps end first, and the kill never came
+            if not any(e.get("event") == "sampling_started"
                        for e in read_events(run / "logs" / "sampler-1.jsonl")):
                 return None
             pids = [e["pid"] for e in read_events(launcher_log)
                     if e.get("event") == "role_started" and e.get("member") == "sampler-1"]
             return pids[-1] if pids else None
 
-        pid = wait_for(sampler_pid, 120, what="sampler-1 shipping fragments")
+        pid = wait_for(sampler_pid, 120, what="sampler-1 sampling")
         os.kill(pid, signal.SIGKILL)
         killed = {"pid": pid, "t": time.time()}
         out, err = proc.communicate(timeout=600)

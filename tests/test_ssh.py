@@ -79,12 +79,14 @@ def ssh_job(sshd, tmp_path_factory):
     # it ends at the target: what it shows is placement, logs and restarts across hosts
     proc, run = _start(tmp, sshd, ["--set", f"evaluation.stop_at_return={TARGET}"])
     try:
-        # sampler-0 and sampler-3 share the learner's host (127.0.0.2); kill one, then the shard
-        def shipping():
-            return any(e.get("event") == "metrics" and e.get("sampler/fragments", 0) > 0
+        # sampler-0 and sampler-3 share the learner's host (127.0.0.2); kill one, then the
+        # shard, early: once sampler-0 steps its envs, not at its first metrics event
+        # (5 s on), which a run that reaches the target fast may never see
+        def sampling():
+            return any(e.get("event") == "sampling_started"
                        for e in read_events(run / "logs" / "sampler-0.jsonl"))
 
-        wait_for(shipping, 180, what="sampler-0 shipping fragments")
+        wait_for(sampling, 180, what="sampler-0 sampling")
         os.kill(_pid(run, "sampler-0")[0], signal.SIGKILL)
         wait_for(lambda: _restarted(run, "sampler-0"), 60, what="sampler-0 restarted")
         os.kill(_pid(run, "replay-0")[0], signal.SIGKILL)

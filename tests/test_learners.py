@@ -127,8 +127,11 @@ def test_each_rank_takes_its_share_and_bad_combinations_are_refused():
 @pytest.mark.timeout(900)
 def test_a_killed_learner_makes_the_group_form_again_and_the_job_reach_its_target(tmp_path):
     run = tmp_path / "run"
+    # to its budget, not to 475: a run that reached 475 just after the kill would end
+    # before the group formed again, while a broken group trains no further, so the
+    # budget cannot run out before it has
     proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "training.num_learners=2",
-                     "checkpoint.interval_steps=4000", "evaluation.stop_at_return=475")
+                     "checkpoint.interval_steps=4000")
     logs = run / "logs"
     try:
         wait_for(lambda: any(e.get("event") == "checkpoint_saved"

@@ -97,6 +97,13 @@ def learner_training(run: Path) -> bool:
                for e in read_events(run / "logs" / "learner-0.jsonl"))
 
 
+def sampler_sampling(run: Path, member: str) -> bool:
+    """Whether `member` (a sampler) of the run steps its envs: the earliest point a
+    test can kill it mid-job, since the job cannot end before its learner trains."""
+    return any(e.get("event") == "sampling_started"
+               for e in read_events(run / "logs" / f"{member}.jsonl"))
+
+
 def kill_launcher_once_training(proc: subprocess.Popen, run: Path, wait_s: float,
                                 stop_s: float) -> None:
     """Once the learner trains, SIGKILL the launcher alone (not its children); then
@@ -156,12 +163,10 @@ def cartpole_run(tmp_path_factory):
         launcher_log = run / "logs" / "launcher.jsonl"
 
         def sampler_pid():
-            # once the sampler steps its envs, kill it mid-job: the job cannot end
-            # before the learner (importing torch meanwhile) has trained. Waiting for
-            # its first metrics event (logging.interval_s, 5 s) let a run that
-            # reached 475 at 8,448 env steps end first, and the kill never came
-            if not any(e.get("event") == "sampling_started"
-                       for e in read_events(run / "logs" / "sampler-1.jsonl")):
+            # once the sampler steps its envs, kill it mid-job. Waiting for its first
+            # metrics event (logging.interval_s, 5 s) let a run that reached 475 at
+            # 8,448 env steps end first, and the kill never came
+            if not sampler_sampling(run, "sampler-1"):
                 return None
             pids = [e["pid"] for e in read_events(launcher_log)
                     if e.get("event") == "role_started" and e.get("member") == "sampler-1"]

@@ -20,6 +20,7 @@ from tests.conftest import (
     kill_launcher_once_training,
     kill_tree,
     read_events,
+    sampler_sampling,
     wait_for,
 )
 from tests.sshd import ADDRESSES, start_sshd, unavailable
@@ -82,11 +83,7 @@ def ssh_job(sshd, tmp_path_factory):
         # sampler-0 and sampler-3 share the learner's host (127.0.0.2); kill one, then the
         # shard, early: once sampler-0 steps its envs, not at its first metrics event
         # (5 s on), which a run that reaches the target fast may never see
-        def sampling():
-            return any(e.get("event") == "sampling_started"
-                       for e in read_events(run / "logs" / "sampler-0.jsonl"))
-
-        wait_for(sampling, 180, what="sampler-0 sampling")
+        wait_for(lambda: sampler_sampling(run, "sampler-0"), 180, what="sampler-0 sampling")
         os.kill(_pid(run, "sampler-0")[0], signal.SIGKILL)
         wait_for(lambda: _restarted(run, "sampler-0"), 60, what="sampler-0 restarted")
         os.kill(_pid(run, "replay-0")[0], signal.SIGKILL)

@@ -49,36 +49,22 @@ def _transitions(spec, n: int = 64) -> dict[str, np.ndarray]:
             "weight": rng.uniform(0.5, 1.0, n).astype(f)}
 
 
+# one on-policy update of two epochs of 32-step minibatches over 2 x 2 x 16 steps
+SMALL_PPO = ("algorithm.params.batch_size=64", "algorithm.params.minibatch_size=32",
+             "algorithm.params.n_epochs=2", "sampling.fragment_length=16",
+             "sampling.num_envs_per_worker=2")
+SEQ = ("sampling.num_envs_per_worker=16", "environment.kwargs={group_size=8}")
+
 # name: (job file, overrides, on-policy fragments to collect or 0 for transitions)
 CASES: dict[str, tuple[str, tuple[str, ...], int]] = {
-    "ppo": ("cartpole_ppo.toml", ("algorithm.params.batch_size=64",
-                                  "algorithm.params.minibatch_size=32",
-                                  "algorithm.params.n_epochs=2",
-                                  "sampling.fragment_length=16",
-                                  "sampling.num_envs_per_worker=2"), 2),
-    "ppo_vtrace": ("cartpole_ppo.toml", ("algorithm.params.batch_size=64",
-                                         "algorithm.params.minibatch_size=32",
-                                         "algorithm.params.n_epochs=2",
-                                         "algorithm.params.vtrace=true",
-                                         "sampling.fragment_length=16",
-                                         "sampling.num_envs_per_worker=2"), 2),
-    "ppo_pendulum": ("cartpole_ppo.toml", ('environment.id="Pendulum-v1"',
-                                           "environment.normalize_obs=true",
-                                           "algorithm.params.batch_size=64",
-                                           "algorithm.params.minibatch_size=32",
-                                           "algorithm.params.n_epochs=2",
-                                           "sampling.fragment_length=16",
-                                           "sampling.num_envs_per_worker=2"), 2),
-    "dapo": ("cartpole_dapo.toml", ("algorithm.params.batch_size=64",
-                                    "algorithm.params.minibatch_size=32",
-                                    "algorithm.params.n_epochs=2",
-                                    "sampling.fragment_length=16",
-                                    "sampling.num_envs_per_worker=2"), 2),
-    "grpo": ("reverse_grpo.toml", ("sampling.num_envs_per_worker=16",
-                                   "environment.kwargs={group_size=8}"), 2),
-    "grpo_seq_sum": ("reverse_grpo.toml", ("sampling.num_envs_per_worker=16",
-                                           "environment.kwargs={group_size=8}",
-                                           'algorithm.params.loss_agg="seq-mean-token-sum"'), 2),
+    "ppo": ("cartpole_ppo.toml", SMALL_PPO, 2),
+    "ppo_vtrace": ("cartpole_ppo.toml", SMALL_PPO + ("algorithm.params.vtrace=true",), 2),
+    "ppo_pendulum": ("cartpole_ppo.toml", SMALL_PPO + ('environment.id="Pendulum-v1"',
+                                                       "environment.normalize_obs=true"), 2),
+    "dapo": ("cartpole_dapo.toml", SMALL_PPO, 2),
+    "grpo": ("reverse_grpo.toml", SEQ, 2),
+    "grpo_seq_sum": ("reverse_grpo.toml",
+                     SEQ + ('algorithm.params.loss_agg="seq-mean-token-sum"',), 2),
     "ppo_reverse": ("reverse_ppo.toml", ("sampling.num_envs_per_worker=16",), 2),
     "dqn": ("cartpole_dqn.toml", (), 0),
     "sac": ("pendulum_sac.toml", (), 0),

@@ -13,10 +13,9 @@ against the cores it may use on its own host (`verl_zmq.runner.apply_cpus`).
 from __future__ import annotations
 
 from verl_zmq.config import Job
+from verl_zmq.config.roles import trains
 
 from .plan import Plan
-
-TRAINERS = ("learner", "peer")
 
 
 def cpu_specs(job: Job, plan: Plan) -> dict[str, str]:
@@ -27,7 +26,7 @@ def cpu_specs(job: Job, plan: Plan) -> dict[str, str]:
         own: dict[str, list[int]] = {}
         reserved = 0
         for p in here:
-            want = getattr(job.resources, p.role).cpu if p.role in TRAINERS else 0
+            want = getattr(job.resources, p.role).cpu if trains(p.role) else 0
             if want > 0:
                 own[p.member_id] = list(range(-reserved - 1, -reserved - want - 1, -1))
                 reserved += want

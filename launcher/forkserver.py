@@ -43,9 +43,10 @@ MAX_MSG = 1 << 20
 
 def _preload() -> None:
     """What every role imports, torch excepted."""
+    from verl_zmq.config.roles import FORKABLE_ROLES
     from verl_zmq.roles.base import role_class
 
-    for role in ("registry", "replay", "sampler", "evaluator"):
+    for role in FORKABLE_ROLES:
         role_class(role)
     import ctypes  # noqa: F401 - each child names itself with it
 

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROLE_NAMES = ("registry", "replay", "learner", "evaluator", "sampler", "peer")
+from verl_zmq.config.roles import ROLES
+
 LOCAL_NAMES = ("localhost", "127.0.0.1")
 
 
@@ -81,11 +82,11 @@ def _option(opt: str, where: str) -> dict:
         return {"gpus": int(value)}
     if key == "roles":
         roles = tuple(r.strip() for r in value.split(",") if r.strip())
-        bad = [r for r in roles if r not in ROLE_NAMES]
+        bad = [r for r in roles if r not in ROLES]
         if bad or not roles:
             what = f"unknown role {bad[0]!r}" if bad else "no role named"
             raise HostsError(f"{where}: roles={value!r}: {what}; roles are "
-                             f"{', '.join(ROLE_NAMES)}")
+                             f"{', '.join(ROLES)}")
         return {"roles": roles}
     if key in ("python", "workdir"):
         return {key: value}

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from verl_zmq.config import Job, dumps_job
 from verl_zmq.config.checks import memory_bytes
+from verl_zmq.config.roles import REGISTRY, role_traits
 from verl_zmq.specs import default_specs
 
 JOB_DIR, KEYS_DIR, RUN_DIR = "/etc/verl", "/etc/verl-keys", "/var/lib/verl/run"
@@ -72,7 +73,7 @@ def _container(job: Job, name: str, role: str, curve: bool) -> dict:
             "--registry", f"tcp://{name}-registry:{port}", "--bind", "$(POD_IP)",
             "--run-dir", RUN_DIR]
     index_env = []
-    if role != "registry":  # an Indexed Job's completion index names the member
+    if role_traits(role).numbered:  # an Indexed Job's completion index names the member
         args += ["--member-index", "$(JOB_COMPLETION_INDEX)"]
         index_env = [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
             "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}]
@@ -88,7 +89,7 @@ def _container(job: Job, name: str, role: str, curve: bool) -> dict:
          "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                  {"name": "PYTHONUNBUFFERED", "value": "1"}, *index_env],
          "volumeMounts": mounts}
-    if role == "registry":
+    if role == REGISTRY:
         c["ports"] = [{"name": "registry", "containerPort": port}]
     res = _resources(job, role)
     if res:
@@ -129,19 +130,19 @@ def manifests(job: Job, keys: dict | None) -> list[dict]:
         out.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                     "metadata": _meta(job, name, f"{name}-curve", "keys"),
                     "stringData": {"keys.json": json.dumps(keys)}})
-    sel = _labels(name, "registry")
+    sel = _labels(name, REGISTRY)
     out.append({"apiVersion": "v1", "kind": "Service",
-                "metadata": _meta(job, name, f"{name}-registry", "registry"),
+                "metadata": _meta(job, name, f"{name}-registry", REGISTRY),
                 "spec": {"selector": sel, "ports": [{"name": "registry", "protocol": "TCP",
                                                      "port": job.registry_port,
                                                      "targetPort": job.registry_port}]}})
     out.append({"apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": _meta(job, name, f"{name}-registry", "registry"),
+                "metadata": _meta(job, name, f"{name}-registry", REGISTRY),
                 "spec": {"replicas": 1, "selector": {"matchLabels": sel},
-                         "template": _pod(job, name, "registry", curve, "Always")}})
+                         "template": _pod(job, name, REGISTRY, curve, "Always")}})
     counts: dict[str, int] = {}
     for s in default_specs(job):
-        if s.role != "registry":
+        if role_traits(s.role).numbered:  # the registry is a Deployment
             counts[s.role] = counts.get(s.role, 0) + 1
     L = job.launch
     for role, n in counts.items():

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from verl_zmq.config import Job
+from verl_zmq.config.roles import REGISTRY, Placing, role_traits
 from verl_zmq.specs import default_specs
 
 from .hosts import Host, HostsError
@@ -45,7 +46,7 @@ class Plan:
 
     @property
     def registry_endpoint(self) -> str:
-        reg = next(p for p in self.placements if p.role == "registry")
+        reg = next(p for p in self.placements if p.role == REGISTRY)
         return f"tcp://{self.hosts[reg.host].bind_address}:{self.registry_port}"
 
     def host_of(self, p: Placement) -> Host:
@@ -101,15 +102,16 @@ def make_plan(job: Job, hosts: list[Host]) -> Plan:
             why = ("no host allows it (check roles=)" if not allowed
                    else "every host that allows it is full (raise slots=, or gpus=)")
             raise HostsError(f"cannot place {member_id}: {why}")
-        if role == "sampler":
+        placing = role_traits(role).placing
+        if placing is Placing.SPREAD:
             # spread: the next allowed host after the last one used
             order = sorted(candidates, key=lambda i: (i - rr) % len(hosts))
             i = order[0]
             rr = i + 1
-        elif role == "replay":
+        elif placing is Placing.BESIDE_TRAINER:
             # a shard next to its group's learner/peer keeps batches off the network
             owner = next((p.host for p in placements if p.group == group
-                          and p.role in ("learner", "peer")), None)
+                          and role_traits(p.role).trains), None)
             i = owner if owner in candidates else candidates[0]
         else:
             i = candidates[0]

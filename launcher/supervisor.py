@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from verl_zmq.config import Job
+from verl_zmq.config.roles import REGISTRY, role_traits
 from verl_zmq.log import write_failed
 from verl_zmq.ops import tb
 from verl_zmq.ops.runview import RunView
@@ -26,7 +27,6 @@ EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_BACKOFF_S = 60.0  # restart delays double up to this
 SPARE_AFTER_S = 5.0  # a role's warm spare starts once the role has been up this long
 SPARES_LOST_MAX = 3  # spares of one member that died unused before we stop making them
-VITAL = ("registry", "learner")  # DAPO has no centre: only losing every peer fails it
 SSH_LOST = 255  # ssh's own exit code: the connection failed or broke
 MAX_PROBE_S = 30.0  # the longest wait between two probes of a lost host
 
@@ -73,12 +73,6 @@ def restart_delay(L, rp: RoleProcess, rc: int, now: float) -> float | None:
     return delay
 
 
-# who is spawned first: the registry, then the light roles (numpy samplers step
-# their envs about a second after they start, from their own version-0 weights),
-# then the roles that import torch. A member that knocks before the registry has
-# bound is fine: its register message waits in the socket, and it retries.
-START_ORDER = {"registry": 0, "sampler": 1, "replay": 2, "learner": 3, "peer": 3,
-               "evaluator": 4}
 
 
 class Supervisor:
@@ -126,7 +120,7 @@ class Supervisor:
 
     def _env(self, p: Placement) -> dict:
         env = {"PYTHONUNBUFFERED": "1"}
-        if p.role in ("learner", "peer"):  # its own devices (none: no GPU at all)
+        if role_traits(p.role).trains:  # its own devices (none: no GPU at all)
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in p.gpus)
         return env
 
@@ -157,7 +151,7 @@ class Supervisor:
             p = rp.placement
             if rc == 0:
                 self.log.info("role_exited", member=p.member_id, exit_code=0)
-                if p.role in ("registry", "learner", "peer"):
+                if role_traits(p.role).ends_job:
                     self.wake.set()  # the job is finishing
                 return
             tail = _last_lines(rp.err_path, 5)
@@ -181,11 +175,7 @@ class Supervisor:
             self.failed.append(p.member_id)
             self.log.error("role_failed", member=p.member_id, member_role=p.role, exit_code=rc,
                            last_error=tail)
-            peers = [r for r in self.procs if r.placement.role == "peer"]
-            all_peers_lost = p.role == "peer" and all(r.placement.member_id in self.failed
-                                                      for r in peers)
-            if (p.role in VITAL and not self.job.traits.decentralised) or all_peers_lost \
-                    or rc == 2:
+            if self._fails_job(p) or rc == 2:
                 self.outcome = EXIT_FAILED
                 self.stopping = True
                 self.wake.set()
@@ -203,8 +193,7 @@ class Supervisor:
         self.lost.setdefault(host.address, set()).add(p.member_id)
         self.log.error("host_lost", host=host.address, member=p.member_id, member_role=p.role,
                        error=why)
-        vital = p.role in VITAL and not self.job.traits.decentralised
-        if vital:
+        if self._vital(p):
             self.failed.append(p.member_id)
             with contextlib.suppress(OSError, ValueError):
                 self.console.write(f"\nerror: host {host.ssh_target} (hosts line {host.line}) "
@@ -256,12 +245,22 @@ class Supervisor:
                                          lost=rp.spares_lost, last_error=_last_lines(
                                              rp.err_path, 3))
 
+    def _vital(self, p: Placement) -> bool:
+        """A centralised job's registry and learners; a decentralised job has no
+        centre: only losing every trainer fails it (`_fails_job`)."""
+        return role_traits(p.role).vital and not self.job.traits.decentralised
+
+    def _fails_job(self, p: Placement) -> bool:
+        """Whether `p`, failed for good, ends the job as failed."""
+        if self._vital(p):
+            return True
+        trainers = [r for r in self.procs if role_traits(r.placement.role).trains]
+        return role_traits(p.role).trains and self.job.traits.decentralised and all(
+            r.placement.member_id in self.failed for r in trainers)
+
     def _done(self) -> bool:
-        by_role = {}
-        for rp in self.procs:
-            by_role.setdefault(rp.placement.role, []).append(rp)
-        reg_done = all(rp.exit_code == 0 for rp in by_role.get("registry", []))
-        trainers = by_role.get("learner", []) + by_role.get("peer", [])
+        reg_done = all(rp.exit_code == 0 for rp in self.procs if rp.placement.role == REGISTRY)
+        trainers = [rp for rp in self.procs if role_traits(rp.placement.role).trains]
         # done when every trainer has exited cleanly or failed for good, one cleanly
         ended = [rp.exit_code == 0 or rp.placement.member_id in self.failed for rp in trainers]
         clean = any(rp.exit_code == 0 for rp in trainers)
@@ -294,7 +293,7 @@ class Supervisor:
             loop.add_signal_handler(sig, self.on_signal, sig)
         forks = await self._fork_server()
         watchers = []
-        for rp in sorted(self.procs, key=lambda rp: START_ORDER.get(rp.placement.role, 9)):
+        for rp in sorted(self.procs, key=lambda rp: role_traits(rp.placement.role).start_order):
             await rp.start()
             self.log.info("role_started", member=rp.placement.member_id,
                           member_role=rp.placement.role,

@@ -129,3 +129,47 @@ def test_the_registry_shards_samplers_evaluator_and_launcher_import_no_torch():
     r = subprocess.run([PY, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr
     assert sys.executable
+
+
+def _role_decisions(tree: ast.AST, roles: set[str]) -> list[int]:
+    """Lines where a role's name, as a literal, decides something: compared with,
+    or one of several role names in a tuple, list, set or dict's keys."""
+    def names(node) -> int:
+        return sum(isinstance(e, ast.Constant) and e.value in roles
+                   for e in getattr(node, "elts", None) or getattr(node, "keys", None) or [])
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            ops = [node.left, *node.comparators]
+            if any(isinstance(o, ast.Constant) and o.value in roles for o in ops) \
+                    or any(names(o) for o in ops):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Tuple | ast.List | ast.Set | ast.Dict) and names(node) >= 2:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_role_names_decide_nothing_outside_the_role_traits_table():
+    from verl_zmq.config.roles import ROLES
+
+    table = ROOT / "verl_zmq" / "config" / "roles.py"
+    bad = [f"{p.relative_to(ROOT)}:{line}" for p in _sources() if p != table
+           for line in _role_decisions(ast.parse(p.read_text()), set(ROLES))]
+    assert not bad, f"decide by role traits (verl_zmq/config/roles.py), not names: {bad}"
+
+
+def test_roles_announce_the_endpoints_their_traits_declare():
+    from verl_zmq.config.roles import ROLE_TRAITS
+
+    for role, traits in ROLE_TRAITS.items():
+        tree = ast.parse((ROOT / "verl_zmq" / "roles" / f"{role}.py").read_text())
+        keys = set()
+        for node in ast.walk(tree):
+            target = node.targets[0] if isinstance(node, ast.Assign) else None
+            if isinstance(target, ast.Subscript) and "endpoints" in ast.unparse(target.value):
+                keys.add(ast.literal_eval(target.slice))
+            if isinstance(target, ast.Attribute) and target.attr == "endpoints" \
+                    and isinstance(node.value, ast.Dict):
+                keys |= {ast.literal_eval(k) for k in node.value.keys if k is not None}
+        assert keys <= set(traits.endpoints), (role, keys)

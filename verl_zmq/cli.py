@@ -10,8 +10,7 @@ from pathlib import Path
 import click
 
 from .config import ConfigError, Job, load_job, loads_job
-
-ROLES = ["registry", "sampler", "replay", "learner", "evaluator", "peer"]
+from .config.roles import ROLES, default_member_id
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -83,7 +82,7 @@ def role(role, job_path, registry, member_id, group, member_index, bind, run_dir
     from .runner import run_role_process
     from .specs import RoleSpec
 
-    member_id = member_id or f"{role}-0" if role != "registry" else (member_id or "registry")
+    member_id = member_id or default_member_id(role)
     if member_index is not None:
         from .specs import default_specs
 

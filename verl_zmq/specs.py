@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .config import Job
+from .config.roles import EVALUATOR, LEARNER, PEER, REGISTRY, REPLAY, SAMPLER
 
 
 @dataclass
@@ -25,21 +26,21 @@ def default_specs(job: Job) -> list[RoleSpec]:
     evaluators and samplers. DAPO: one group per peer, each with its own shard
     and `sampling.num_workers` samplers."""
     L = job.launch
-    specs = [RoleSpec("registry", "registry")]
+    specs = [RoleSpec(REGISTRY, REGISTRY)]
     if job.traits.decentralised:
         n = max(L.peers, 1)
-        specs += [RoleSpec("peer", f"peer-{p}", f"peer{p}") for p in range(n)]
-        specs += [RoleSpec("replay", f"replay-{p}", f"peer{p}") for p in range(n)]
-        specs += [RoleSpec("evaluator", f"evaluator-{e}", "peer0") for e in range(L.evaluators)]
+        specs += [RoleSpec(PEER, f"peer-{p}", f"peer{p}") for p in range(n)]
+        specs += [RoleSpec(REPLAY, f"replay-{p}", f"peer{p}") for p in range(n)]
+        specs += [RoleSpec(EVALUATOR, f"evaluator-{e}", "peer0") for e in range(L.evaluators)]
         per = job.sampling.num_workers
-        specs += [RoleSpec("sampler", f"sampler-{p * per + i}", f"peer{p}")
+        specs += [RoleSpec(SAMPLER, f"sampler-{p * per + i}", f"peer{p}")
                   for p in range(n) for i in range(per)]
         return specs
     learners = max(L.learners, job.training.num_learners)  # one group of data-parallel ranks
-    specs += [RoleSpec("learner", f"learner-{i}") for i in range(learners)]
-    specs += [RoleSpec("replay", f"replay-{i}") for i in range(L.replay_shards)]
-    specs += [RoleSpec("evaluator", f"evaluator-{i}") for i in range(L.evaluators)]
-    specs += [RoleSpec("sampler", f"sampler-{i}") for i in range(job.sampling.num_workers)]
+    specs += [RoleSpec(LEARNER, f"learner-{i}") for i in range(learners)]
+    specs += [RoleSpec(REPLAY, f"replay-{i}") for i in range(L.replay_shards)]
+    specs += [RoleSpec(EVALUATOR, f"evaluator-{i}") for i in range(L.evaluators)]
+    specs += [RoleSpec(SAMPLER, f"sampler-{i}") for i in range(job.sampling.num_workers)]
     return specs
 
 

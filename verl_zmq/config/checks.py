@@ -6,9 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .roles import ROLES
 from .sections import ConfigError, Job
-
-ROLE_NAMES = ("registry", "replay", "learner", "evaluator", "sampler", "peer")
 
 
 def _positive(source: str, pairs: list[tuple[str, float]]) -> None:
@@ -65,16 +64,16 @@ def _check_launch(job: Job, source: str) -> None:
             f"{lr.port_range}, got {lr.registry_port}"
         )
     for role, n in lr.max_restarts_per_role.items():
-        if role not in ROLE_NAMES:
+        if role not in ROLES:
             raise ConfigError(f"{source}: launch.max_restarts_per_role.{role}: not a role "
-                              f"({', '.join(ROLE_NAMES)})")
+                              f"({', '.join(ROLES)})")
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ConfigError(f"{source}: launch.max_restarts_per_role.{role}: expected a "
                               f"non-negative integer, got {n!r}")
-    odd = [r for r in lr.standby if r not in ROLE_NAMES]
+    odd = [r for r in lr.standby if r not in ROLES]
     if odd:
         raise ConfigError(f"{source}: launch.standby: {odd[0]!r} is not a role "
-                          f"({', '.join(ROLE_NAMES)})")
+                          f"({', '.join(ROLES)})")
     if job.security.curve not in (True, False, "auto"):
         raise ConfigError(
             f"{source}: security.curve: expected true, false or \"auto\", "

@@ -7,6 +7,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .roles import TRAINER_ROLES
+
 
 class ConfigError(Exception):
     """A job file (or an override) that cannot be used; the message says where and why."""
@@ -239,7 +241,7 @@ class Launch:
     max_restarts_per_role: dict = field(default_factory=dict)  # e.g. {sampler = 10}
     restart_backoff_s: float = 1.0  # the first restart is at once; then this, doubling to 60 s
     restart_window_s: float = 600.0  # up this long: the role's restart budget starts afresh
-    standby: list[str] = field(default_factory=lambda: ["learner", "peer"])  # warm spares
+    standby: list[str] = field(default_factory=lambda: list(TRAINER_ROLES))  # warm spares
     fork_server: bool = True  # local roles forked from one warm process (imports once)
     grace_s: float = 10.0  # between SIGTERM and SIGKILL when stopping
     python: str = ""  # interpreter on remote hosts (default python3)

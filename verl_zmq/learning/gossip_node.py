@@ -27,6 +27,7 @@ import numpy as np
 import zmq
 
 from .. import compress, gossip, wire
+from ..config.roles import PEER
 from ..messaging import WireStats, recv, send
 from ..specs import index_of
 from .grad_mix import GradMixer
@@ -73,7 +74,7 @@ class GossipNode:
 
     def on_membership(self, members) -> None:
         """The registry's view: peers it dropped are dropped here too."""
-        now = {m.id: m for m in members.values() if m.role == "peer" and m.id != self.id}
+        now = {m.id: m for m in members.values() if m.role == PEER and m.id != self.id}
         for pid in list(self.peers):
             if pid in self._registry_peers and pid not in now:
                 self._drop(pid, "registry")  # missed heartbeats, or left
@@ -82,7 +83,7 @@ class GossipNode:
             self._learn(m, "registry")
 
     def _learn(self, m: wire.Member, how: str) -> None:
-        if m.id == self.id or m.role != "peer" or not m.endpoints.get("gossip"):
+        if m.id == self.id or m.role != PEER or not m.endpoints.get("gossip"):
             return
         if how == "gossip" and self.dead.get(m.id, 0.0) > time.monotonic():
             return

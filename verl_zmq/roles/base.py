@@ -17,14 +17,13 @@ from typing import Any, ClassVar
 
 from .. import wire
 from ..config import Job
+from ..config.roles import ROLES
 from ..messaging import WireStats, reconnect, recv, send
 from ..specs import index_of
 from ..transport import Transport
 
 __all__ = ["Role", "RoleContext", "RoleRefused", "WireStats", "reconnect", "recv", "send",
            "role_class", "index_of", "default_incarnation", "ROLES"]
-
-ROLES = ("registry", "sampler", "replay", "learner", "evaluator", "peer")
 
 
 class RoleRefused(Exception):

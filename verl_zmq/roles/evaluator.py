@@ -19,6 +19,7 @@ import zmq
 from .. import wire
 from ..actors import make_actor, numpy_acting
 from ..config import dumps_job
+from ..config.roles import EVALUATOR, trains
 from ..envs import env_spec, make_env
 from ..gossip import fingerprint
 from ..log import write_failed
@@ -94,7 +95,7 @@ def _write_best(path: Path, job_text: str, algorithm: str, policy: dict, rms, me
 class EvaluatorRole(Role):
     """Measures the deterministic return of published params."""
 
-    name = "evaluator"
+    name = EVALUATOR
 
     @classmethod
     def preload(cls) -> None:
@@ -149,10 +150,11 @@ class EvaluatorRole(Role):
 
     def on_membership(self, members) -> None:
         super().on_membership(members)
-        # a learner of our group (rank 0 of data-parallel ones: the others publish
-        # nothing); every DAPO peer, whatever its group
+        # a trainer of our group (rank 0 of data-parallel learners: the others
+        # publish nothing); in a decentralised job every peer, whatever its group
+        anywhere = self.job.traits.decentralised
         wanted = {m.id: m.endpoints["params"] for m in members.values()
-                  if ((m.group == self.ctx.group and m.role == "learner") or m.role == "peer")
+                  if trains(m.role) and (anywhere or m.group == self.ctx.group)
                   and m.endpoints.get("params")}
         reconnect(self.sub, self.learners, wanted, self.log, "learner")
         self.trainers = set(wanted)

@@ -17,11 +17,13 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
 import zmq
 
+from ..config.roles import EVALUATOR, LEARNER, REPLAY
 from ..envs import env_spec
 from ..learning.data_parallel import LearnerGroup, free_port
 from ..learning.feeds import make_feed
@@ -37,7 +39,8 @@ FINAL_PUBLISH_S = 120.0  # how long final params are offered to the evaluator
 class LearnerRole(Role):
     """Runs the algorithm's updates on experience from its group's shards."""
 
-    name = "learner"
+    name = LEARNER
+    data_parallel: ClassVar[bool] = True  # forms a group of ranks (training.num_learners)
 
     async def setup(self) -> None:
         job = self.job = self.job.learner_view()  # one rank's share (num_learners)
@@ -47,7 +50,7 @@ class LearnerRole(Role):
         self.spec = env_spec(job.environment)
         T = job.training
         self.group = None
-        if T.num_learners > 1 and self.name == "learner":
+        if T.num_learners > 1 and self.data_parallel:
             self.group = LearnerGroup(index_of(self.id), T.num_learners,
                                       resolve_device(T.device), T.learner_timeout_s)
         self.formed: dict[str, int] = {}  # the group's members and incarnations, once formed
@@ -102,7 +105,7 @@ class LearnerRole(Role):
         g, T = self.group, self.job.training
         deadline = time.monotonic() + T.learner_timeout_s
         while True:
-            ranks = {m.id: m for m in self.members_of("learner")
+            ranks = {m.id: m for m in self.members_of(LEARNER)
                      if m.group == self.ctx.group and index_of(m.id) < g.world}
             first = ranks.get("learner-0")
             if first is not None and first.endpoints.get("dist") and len(ranks) == g.world:
@@ -171,7 +174,7 @@ class LearnerRole(Role):
             self.shards_changed.clear()
             await self.feed.reconcile({
                 m.id: ShardAddress(m.endpoints.get("requests", ""), m.incarnation)
-                for m in self.group_members("replay").values()})
+                for m in self.group_members(REPLAY).values()})
 
     # -- params -------------------------------------------------------------------
 
@@ -220,7 +223,7 @@ class LearnerRole(Role):
         """Training is done: offer final params to the evaluator, which runs a last
         evaluation and stops the job; without one, stop the job now."""
         deadline = time.monotonic() + FINAL_PUBLISH_S
-        while self.members_of("evaluator") and time.monotonic() < deadline \
+        while self.members_of(EVALUATOR) and time.monotonic() < deadline \
                 and not self.stop_event.is_set():
             await self.publish(final=True)
             await asyncio.sleep(1.0)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from ..config.roles import EVALUATOR, PEER
 from ..learning.gossip_node import GossipNode
 from .learner import LearnerRole
 
@@ -22,7 +23,8 @@ from .learner import LearnerRole
 class PeerRole(LearnerRole):
     """A decentralised learner: local PPO/DAPO updates plus gossip with neighbours."""
 
-    name = "peer"
+    name = PEER
+    data_parallel = False  # a peer's group is its gossip neighbours
 
     async def setup(self) -> None:
         await super().setup()
@@ -69,7 +71,7 @@ class PeerRole(LearnerRole):
         total = self.job.training.total_timesteps
         while not self.stop_event.is_set():
             await self.publish(final=True)
-            if not self.members_of("evaluator") and self.node.others_done(total):
+            if not self.members_of(EVALUATOR) and self.node.others_done(total):
                 await self.job_shutdown("training_finished")
                 return
             await asyncio.sleep(1.0)

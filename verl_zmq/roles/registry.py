@@ -14,6 +14,7 @@ import time
 import zmq
 
 from .. import wire
+from ..config.roles import REGISTRY
 from ..versions import local_versions, mismatch
 from .base import Role, recv, send
 
@@ -21,7 +22,7 @@ from .base import Role, recv, send
 class RegistryRole(Role):
     """Keeps who is in the job, where, and whether they are alive."""
 
-    name = "registry"
+    name = REGISTRY
     uses_registry = False
 
     def __init__(self, ctx):

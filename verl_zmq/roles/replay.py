@@ -20,6 +20,7 @@ import zmq
 
 from .. import wire
 from ..batch import job_layout
+from ..config.roles import REPLAY
 from ..envs import env_spec
 from ..log import write_failed
 from ..replay import snapshot
@@ -33,7 +34,7 @@ MAX_BATCH = 65_536
 class ReplayRole(Role):
     """One shard of the job's replay."""
 
-    name = "replay"
+    name = REPLAY
 
     async def setup(self) -> None:
         t = self.ctx.transport

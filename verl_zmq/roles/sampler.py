@@ -19,6 +19,7 @@ import zmq
 from .. import wire
 from ..actors import make_actor
 from ..batch import bootstrap, job_layout
+from ..config.roles import REPLAY, SAMPLER, trains
 from ..envs import env_spec, make_vector_env
 from ..normalize import RunningMeanStd, moments
 from ..pacing import make_pacer
@@ -178,7 +179,7 @@ def _follow(sock, current: dict[str, str], wanted: dict[str, str], log, what: st
 class SamplerRole(Role):
     """Acts in its envs with the latest params it has and ships fragments."""
 
-    name = "sampler"
+    name = SAMPLER
 
     async def setup(self) -> None:
         spec = env_spec(self.job.environment)
@@ -213,9 +214,9 @@ class SamplerRole(Role):
     def on_membership(self, members) -> None:
         super().on_membership(members)
         shards = {m.id: m.endpoints.get("fragments", "") for m in
-                  self.group_members("replay").values()}
+                  self.group_members(REPLAY).values()}
         learners = {m.id: m.endpoints.get("params", "") for m in members.values()
-                    if m.group == self.ctx.group and m.role in ("learner", "peer")}
+                    if m.group == self.ctx.group and trains(m.role)}
         # a shard that left, or a learner that restarted (it may resume at the very
         # version we heard last, so no lower version would tell us): the fragments
         # they held are lost, and pacing counts afresh

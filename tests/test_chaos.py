@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import PY, ROOT
 
+pytestmark = pytest.mark.e2e  # real processes
+
 
 @pytest.mark.timeout(900)
 def test_every_kind_killed_once_recovers_and_the_job_reaches_its_target():

@@ -89,12 +89,14 @@ def _assert_clear_refusal(r, path, expect):
     assert expect in msg, msg
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", sorted(BAD_JOBS))
 def test_bad_job_file_is_refused(name):
     path = DATA / "bad_jobs" / name
     _assert_clear_refusal(verl("check", str(path), timeout=60), path, BAD_JOBS[name])
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", sorted(BAD_ENVS))
 def test_bad_env_is_refused_by_check(name):
     path = DATA / "bad_envs" / name

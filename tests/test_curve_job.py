@@ -12,6 +12,8 @@ import zmq
 
 from tests.conftest import CONFIGS, kill_tree, read_events, start_job, wait_for
 
+pytestmark = pytest.mark.e2e  # real processes
+
 TARGET = 475.0
 # what a stranger connects to each kind of bound socket with
 CLIENT = {"registry": zmq.DEALER, "requests": zmq.DEALER, "gossip": zmq.DEALER,

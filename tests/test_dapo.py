@@ -18,6 +18,8 @@ import pytest
 
 from tests.conftest import CONFIGS, PY, ROOT, kill_tree, read_events, start_job, wait_for
 
+pytestmark = pytest.mark.e2e  # real processes
+
 TARGET = 475.0
 PULL = ("gossip.share_batch=false", 'gossip.mixing="reward_softmax"', "gossip.sync_interval=4",
         "training.total_timesteps=100000", "evaluation.interval_steps=10000")  # per peer

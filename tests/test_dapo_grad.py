@@ -18,6 +18,8 @@ import pytest
 
 from tests.conftest import CONFIGS, kill_tree, read_events, start_job, wait_for
 
+pytestmark = pytest.mark.e2e  # real processes
+
 TARGET = 475.0
 DEADLINE_S = 3.0  # gossip.round_deadline_s = 0: heartbeat_interval_s x heartbeat_liveness
 SLACK_S = 2.0

@@ -24,6 +24,7 @@ def _write(path, **changes):
     return path
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_record_writes_the_documented_format(tmp_path):
     ckpt, _ = _checkpoint(tmp_path, "ppo-discrete")
@@ -53,6 +54,7 @@ def test_record_writes_the_documented_format(tmp_path):
     ({"truncated": None}, "missing arrays ['truncated']"),
     ({"obs": np.full((6, 4), np.nan, np.float32)}, "finite"),
 ])
+@pytest.mark.e2e
 def test_check_refuses_malformed_demos(tmp_path, changes, why):
     demos = _write(tmp_path / "bad.npz", **changes)
     job = tmp_path / "job.toml"
@@ -63,6 +65,7 @@ def test_check_refuses_malformed_demos(tmp_path, changes, why):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.e2e
 def test_check_refuses_pickles_and_non_npz(tmp_path):
     for name, data in (("obj.npz", None), ("junk.npz", b"not a zip")):
         path = tmp_path / name

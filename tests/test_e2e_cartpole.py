@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import CONFIGS, read_events, verl
 
+pytestmark = pytest.mark.e2e  # real processes
+
 TARGET, BUDGET = 475.0, 100_000  # the shared live run is `cartpole_run` in conftest
 
 

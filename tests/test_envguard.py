@@ -46,6 +46,7 @@ def test_guarded_env_recovers_from_hangs_and_gives_up_on_repeated_errors():
             g.step(np.zeros(2, np.int64))
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_a_sampler_with_hanging_envs_keeps_its_heartbeat_and_keeps_training(tmp_path):
     run = tmp_path / "run"
@@ -72,6 +73,7 @@ def test_a_sampler_with_hanging_envs_keeps_its_heartbeat_and_keeps_training(tmp_
     assert summary["env_steps"] >= 6000 and not summary["restarts"]
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_a_sampler_whose_env_keeps_failing_gives_up_clearly(tmp_path):
     run = tmp_path / "run"

@@ -15,6 +15,8 @@ import pytest
 
 from tests.conftest import CONFIGS, PY, ROOT, free_port_range, read_events, verl, wait_for
 
+pytestmark = pytest.mark.e2e  # real processes
+
 CASES = {  # name: job, overrides (normalisation on where the algorithm allows it)
     "ppo-discrete": ("cartpole_ppo.toml", ["environment.normalize_obs=true"]),
     "ppo-gaussian": ("cartpole_ppo.toml", ['environment.id="Pendulum-v1"',

@@ -18,6 +18,8 @@ import torch
 from tests.conftest import CONFIGS, kill_tree, start_job, wait_for
 from verl_zmq.config import load_job
 
+pytestmark = pytest.mark.e2e  # real processes
+
 
 @contextlib.contextmanager
 def small_disk(path, size: str = "4m"):

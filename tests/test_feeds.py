@@ -22,7 +22,7 @@ from verl_zmq.envs import EnvSpec
 from verl_zmq.learning.fragment_feed import FragmentFeed
 from verl_zmq.learning.links import ShardAddress
 from verl_zmq.learning.sampled_feed import SampledFeed
-from verl_zmq.learning.state import FeedConfig, TrainState
+from verl_zmq.learning.state import FeedConfig, LinkConfig, TrainState
 from verl_zmq.log import get_logger
 from verl_zmq.messaging import WireStats, recv, send
 from verl_zmq.roles.base import RoleContext
@@ -86,9 +86,9 @@ async def sockets():
         zctx.term()
 
 
-def links_args(t: Transport) -> dict:
-    return {"transport": t, "log": get_logger(role="test"),
-            "stats": WireStats(get_logger(role="test"), 60.0), "src": "learner-0"}
+def links_args(t: Transport) -> LinkConfig:
+    return LinkConfig(t, get_logger(role="test"), WireStats(get_logger(role="test"), 60.0),
+                      "learner-0")
 
 
 def fragment(version: int = 0, seed: int = 0, **change) -> wire.Batch:
@@ -127,7 +127,7 @@ async def test_fragment_feed_keeps_credits_within_its_window():
             assert shard.credit[ident] + len(feed.pending) <= 4
         assert shard.max_credit <= 4
         await asyncio.sleep(0.05)  # the last fragments reach the feed
-        assert state.env_steps == served * T * E
+        assert feed.env_steps(0) == served * T * E
         feed.links.close_all()
 
 
@@ -146,7 +146,7 @@ async def test_fragment_feed_drops_lagging_fragments_once_and_returns_their_cred
         assert feed.dropped == 1 and list(feed.lags) == [5, 1]
         await shard.drain_requests()
         assert shard.credit[ident] == 2  # both credits came back
-        assert state.env_steps == 2 * T * E  # a dropped fragment's steps still count
+        assert feed.env_steps(0) == 2 * T * E  # a dropped fragment's steps still count
         feed.links.close_all()
 
 
@@ -224,7 +224,7 @@ def sampled_batch(n: int, env_steps: int, size: int, first: int = 0) -> wire.Bat
 
 def sampled_feed(t, state, prefetch=1) -> SampledFeed:
     cfg = FeedConfig(batch_size=8, prefetch=prefetch)
-    return SampledFeed(links_args(t), state, SPEC, cfg, np.random.default_rng(0))
+    return SampledFeed(links_args(t), SPEC, cfg, np.random.default_rng(0))
 
 
 async def test_priorities_go_back_to_the_shard_the_batch_came_from():
@@ -266,7 +266,7 @@ async def test_sampled_requests_follow_shard_sizes_and_env_steps_never_go_back()
         await feed.done(Learned())  # a has no credit now: it gets the request
         await b.serve(ib, sampled_batch(8, env_steps=100, size=100))
         assert await asyncio.wait_for(feed.next(), 5) is not None
-        assert state.env_steps == 1100
+        assert (steps := feed.env_steps(0)) == 1100
         await feed.done(Learned())
         # both hold credit: requests now go 9:1 to the bigger shard
         for _ in range(40):
@@ -280,7 +280,7 @@ async def test_sampled_requests_follow_shard_sizes_and_env_steps_never_go_back()
         await a.take(1)
         await a.serve(a.requests[-1][0], sampled_batch(8, env_steps=200, size=50))
         assert await asyncio.wait_for(feed.next(), 5) is not None
-        assert state.env_steps == 1100
+        assert feed.env_steps(steps) == 1100
         feed.links.close_all()
 
 

@@ -22,6 +22,7 @@ def test_foreign_sampler_imports_no_verl_zmq():
     assert {"zmq", "msgpack", "numpy", "gymnasium"} <= set(imports)
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(600)
 def test_job_with_a_foreign_sampler_reaches_its_target(tmp_path):
     run = tmp_path / "run"

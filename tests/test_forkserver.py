@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import CONFIGS, kill_tree, read_events, start_job, wait_for
 
+pytestmark = pytest.mark.e2e  # real processes
+
 LIVENESS_S = 1.0 * 3  # heartbeat_interval_s x heartbeat_liveness
 
 

@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import PY, ROOT
 
+pytestmark = pytest.mark.e2e  # real processes
+
 
 @pytest.mark.timeout(600)
 def test_live_sockets_survive_hostile_frames():

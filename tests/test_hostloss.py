@@ -25,6 +25,8 @@ from tests.conftest import (
 )
 from tools.fake_ssh import lose_host
 
+pytestmark = pytest.mark.e2e  # real processes
+
 SAMPLERS_AWAY = ("127.0.0.2 roles=registry,learner,replay,evaluator,sampler\n"
                  "127.0.0.3 roles=sampler\n")
 REGISTRY_AWAY = "127.0.0.2 roles=registry\n127.0.0.3\n"

@@ -13,6 +13,8 @@ import pytest
 from tests import k8s_pods
 from tests.conftest import CONFIGS, free_port_range, launch, read_events
 
+pytestmark = pytest.mark.e2e  # real processes
+
 K8S_VERSION = "1.37.0"  # the newest schemas kubernetes-validate ships offline
 
 

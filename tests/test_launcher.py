@@ -45,6 +45,7 @@ def test_bad_hosts_corpus_is_complete():
     assert set(BAD_HOSTS) == {p.name for p in (DATA / "bad_hosts").glob("*.txt")}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", sorted(BAD_HOSTS))
 def test_bad_hosts_file_exits_2_before_starting(name, tmp_path):
     r = launch(str(DATA / "bad_hosts" / name), str(CONFIGS / "cartpole_ppo.toml"),
@@ -55,6 +56,7 @@ def test_bad_hosts_file_exits_2_before_starting(name, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.e2e
 def test_unreachable_ssh_host_is_reported_before_any_role_starts(tmp_path, ports):
     # a loopback address where no sshd listens on that port
     hosts = tmp_path / "hosts.txt"
@@ -96,6 +98,7 @@ def test_slots_bound_placement():
         make_plan(job, [Host("localhost", slots=3)])
 
 
+@pytest.mark.e2e
 def test_dry_run_prints_plan_and_commands_and_starts_nothing(tmp_path):
     hosts = tmp_path / "hosts.txt"
     hosts.write_text("127.0.0.2 roles=registry,learner,replay,evaluator\n127.0.0.3\n127.0.0.4\n")
@@ -107,6 +110,7 @@ def test_dry_run_prints_plan_and_commands_and_starts_nothing(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.e2e
 def test_dry_run_slurm(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_JOB_NODELIST", "node[01-03]")
     r = launch("--dry-run", "slurm", str(CONFIGS / "cartpole_ppo.toml"), timeout=60)
@@ -115,6 +119,7 @@ def test_dry_run_slurm(tmp_path, monkeypatch):
         assert n in r.stdout
 
 
+@pytest.mark.e2e
 def test_launcher_refuses_a_bad_env_before_starting_any_role(tmp_path):
     r = launch("local", str(DATA / "bad_envs" / "bad_env_id.toml"), "--run-dir",
                str(tmp_path / "run"), timeout=120)
@@ -123,6 +128,7 @@ def test_launcher_refuses_a_bad_env_before_starting_any_role(tmp_path):
     assert not (tmp_path / "run" / "logs").exists()
 
 
+@pytest.mark.e2e
 def test_launcher_refuses_a_used_run_folder_without_resume(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -165,6 +171,7 @@ def test_restart_policy_backs_off_gives_up_and_forgives_a_long_run(tmp_path):
     assert max(restart_delay(big, fresh, 1, 0.0) for _ in range(20)) == 60.0
 
 
+@pytest.mark.e2e
 def test_a_warm_spare_let_go_unused_exits_quietly():
     """A spare whose stdin closes before a job arrives (the job ended, the launcher
     is gone) exits 0 and writes nothing."""

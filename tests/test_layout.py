@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import PY, ROOT
 
 PACKAGES = ("verl_zmq", "launcher")
@@ -115,6 +117,7 @@ def test_no_import_circles_between_modules():
     assert not circles, circles
 
 
+@pytest.mark.e2e
 def test_the_registry_shards_samplers_evaluator_and_launcher_import_no_torch():
     # the evaluator also evaluates an MLP policy without it (numpy, as samplers act)
     code = ("import sys; import verl_zmq.roles.registry, verl_zmq.roles.replay, "

@@ -84,6 +84,7 @@ def _rank(rank: int, port: int, out: str, name: str = "ppo") -> None:
     g.leave()
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", sorted(RANK_JOBS))
 def test_two_ranks_hold_identical_parameters_after_every_update(tmp_path, name):
@@ -124,6 +125,7 @@ def test_each_rank_takes_its_share_and_bad_combinations_are_refused():
         assert "training.num_learners" in str(e.value) and words in str(e.value), str(e.value)
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(900)
 def test_a_killed_learner_makes_the_group_form_again_and_the_job_reach_its_target(tmp_path):
     run = tmp_path / "run"

@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import CONFIGS, kill_tree, start_job
 
+pytestmark = pytest.mark.e2e  # real processes
+
 TARGET = -200.0
 
 

@@ -8,6 +8,7 @@ import pytest
 from tests.conftest import CONFIGS, run_events
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_dqn_pipeline_runs_and_updates_priorities(tmp_path):
     evs = run_events("cartpole_dqn.toml", tmp_path, "training.total_timesteps=4000",
@@ -21,6 +22,7 @@ def test_dqn_pipeline_runs_and_updates_priorities(tmp_path):
     assert any(e.get("event") == "evaluated" for e in evs)
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_sac_pipeline_runs_on_pendulum(tmp_path):
     evs = run_events("pendulum_sac.toml", tmp_path, "training.total_timesteps=1500",
@@ -64,6 +66,7 @@ def test_squashed_gaussian_log_prob_matches_change_of_variables():
     assert (a.abs() < 1).all()
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_two_shards_are_both_sampled(tmp_path):
     evs = run_events("cartpole_dqn.toml", tmp_path, "launch.replay_shards=2",

@@ -12,6 +12,8 @@ import pytest
 from tools.faults import partition
 from tools.netns import unavailable
 
+pytestmark = pytest.mark.e2e  # real processes
+
 
 @pytest.mark.timeout(600)
 def test_partition_is_noticed_and_training_resumes_after_the_heal(tmp_path):

@@ -125,6 +125,7 @@ def test_the_atari_preset_trains_on_lives_and_clipped_rewards_and_evaluates_game
     assert term and info["lives"] == 0  # evaluation plays the whole game
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_breakout_trains_from_pixels_in_one_process(tmp_path):
     """The shipped Atari config end to end, briefly: uint8 stacks through the
@@ -143,6 +144,7 @@ def test_breakout_trains_from_pixels_in_one_process(tmp_path):
     assert evals and evals[-1]["eval/return_mean"] >= 0.0
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_dqn_with_a_convolutional_encoder_trains_on_uint8_images(tmp_path):
     """DQN on images, briefly: the encoder before the Q head, uint8 images through

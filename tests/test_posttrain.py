@@ -228,6 +228,7 @@ def score(prompt, response, meta):
 '''
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_a_reward_function_from_outside_the_package_runs_end_to_end(tmp_path, monkeypatch):
     """GRPO on reversal with a reward function imported by path from a module that is

@@ -15,6 +15,8 @@ import pytest
 
 from tests.conftest import PY, ROOT, read_events, wait_for
 
+pytestmark = pytest.mark.e2e  # real processes
+
 HB, LIVENESS, SLACK = 0.5, 3, 4.0
 BOUND = HB * LIVENESS + SLACK
 

@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import CONFIGS, kill_tree, read_events, start_job, wait_for
 
+pytestmark = pytest.mark.e2e  # real processes
+
 
 @pytest.mark.timeout(300)
 def test_sampler_over_its_memory_limit_fails_clearly(tmp_path):

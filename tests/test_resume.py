@@ -27,6 +27,8 @@ from tests.conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.e2e  # real processes
+
 TARGET = 475.0
 STOP_AT = 4000  # env steps: where the first part is stopped
 

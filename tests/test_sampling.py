@@ -57,6 +57,7 @@ def test_env_seeds_are_distinct_and_reproducible():
     assert len(set(s)) == 4 and s == env_seeds(0, 1, 4) and s != env_seeds(0, 2, 4)
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_pendulum_ppo_runs_in_one_process(tmp_path):
     r = verl("run", str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(tmp_path),

@@ -23,6 +23,8 @@ from tests.conftest import (
 )
 from verl_zmq.config import load_job
 
+pytestmark = pytest.mark.e2e  # real processes
+
 FAKE_SRUN = """#!/bin/sh
 # record the step's arguments, drop srun's own (all --opt=value), run the rest here
 echo "$@" >> "$FAKE_SRUN_LOG"

@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import PY, ROOT
 
+pytestmark = pytest.mark.e2e  # real processes
+
 
 @pytest.mark.timeout(300)
 def test_memory_stays_bounded_when_samplers_outrun_the_learner():

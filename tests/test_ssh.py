@@ -25,6 +25,8 @@ from tests.conftest import (
 )
 from tests.sshd import ADDRESSES, start_sshd, unavailable
 
+pytestmark = pytest.mark.e2e  # real processes
+
 TARGET, BUDGET = 475.0, 100_000
 HB, LIVENESS, GRACE = 1.0, 3, 10.0
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .algos.traits import filters_fragments
+
 
 @dataclass
 class Pacer:
@@ -61,7 +63,6 @@ def make_pacer(job) -> Pacer | None:
     does: it would need more than the samplers' share and wait for it)."""
     S = job.sampling
     if S.lead_updates <= 0 or S.mode == "sync" or not job.traits.on_policy \
-            or getattr(job.algorithm.params, "dynamic_sampling", False):
+            or filters_fragments(job):
         return None
-    per_batch = -(-job.algorithm.params.batch_size // max(1, job.fragment_steps))
-    return Pacer(share=per_batch / S.num_workers, lead=S.lead_updates)
+    return Pacer(share=job.fragments_per_batch / S.num_workers, lead=S.lead_updates)

@@ -110,7 +110,7 @@ def make_transport(ctx: zmq.asyncio.Context, job: Job, host: str, keys: CurveKey
     return Transport(ctx, host=host, port_range=(lo, hi), keys=keys, inproc=inproc,
                      on_denied=denied, reserved=frozenset({job.registry_port}),
                      heartbeat_s=L.heartbeat_interval_s,
-                     dead_after_s=max(3.0, L.heartbeat_interval_s * L.heartbeat_liveness))
+                     dead_after_s=max(3.0, L.liveness_timeout_s))
 
 
 def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir: Path,

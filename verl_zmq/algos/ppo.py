@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ..batch import bootstrap, episodes
+from ..config.sections import ceil_div
 from ..nets import actor_critic
 from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
 from .reference import kl_estimate
@@ -128,7 +129,7 @@ class PPO(Algorithm):
         values samplers recorded or, with `vtrace`, V-trace from the current network's
         log-probabilities and values (stale fragments are corrected, not dropped)."""
         p = self.params
-        if not getattr(p, "vtrace", False):
+        if not p.vtrace:
             adv, ret = compute_gae(batch["reward"], batch["value"], batch["terminated"],
                                    batch["truncated"], batch["valid"],
                                    batch[bootstrap("value")], p.gamma, p.gae_lambda)
@@ -238,7 +239,7 @@ class PPO(Algorithm):
         perm = torch.randperm(n, device=self.device)
         if self.reduce_grads is not None:  # (n varies: steps after an episode's end are void)
             p = self.params
-            k = -(-p.batch_size // max(1, p.minibatch_size))
+            k = ceil_div(p.batch_size, p.minibatch_size)
             return list(torch.tensor_split(perm, max(1, min(n, k))))
         return [perm[s:s + mbs] for s in range(0, n - mbs + 1, mbs)]
 

@@ -28,6 +28,10 @@ class Traits:
     # fragments hold whole groups (seq/env.py)
     grouped: bool = False
     encoders: bool = False  # a convolutional encoder may come first (image observations)
+    # may drop fragments before an update and draw more (DAPO's dynamic sampling,
+    # `params.dynamic_sampling`, up to `params.max_fill_batches` batches)
+    filters_fragments: bool = False
+    n_step: bool = False  # n-step returns (`params.n_step`) in the shards' transitions
 
     @property
     def replay_modes(self) -> tuple[str, ...]:
@@ -38,15 +42,31 @@ TRAITS: dict[str, Traits] = {
     "ppo": Traits(on_policy=True, extras=("logp", "value"), learns_from_demos=True,
                   numpy_actor="pg", encoders=True),
     "dapo": Traits(on_policy=True, extras=("logp", "value"), decentralised=True,
-                   learns_from_demos=True, numpy_actor="pg", encoders=True),
+                   learns_from_demos=True, numpy_actor="pg", encoders=True,
+                   filters_fragments=True),
     # no critic: advantages from the rewards of a prompt's group of responses
     "grpo": Traits(on_policy=True, extras=("logp",), actions="discrete", grouped=True),
     # Q(s, a) and max_a Q(s, a) at acting time: initial priorities (Ape-X)
     "dqn": Traits(on_policy=False, extras=("q_taken", "q_max"), numpy_actor="q",
-                  actions="discrete", dueling=True, encoders=True),
+                  actions="discrete", dueling=True, encoders=True, n_step=True),
     "sac": Traits(on_policy=False, learns_from_demos=True, numpy_actor="squashed",
                   actions="box", encoders=True),
 }
+
+def filters_fragments(job) -> bool:
+    """Whether the job's learner may drop fragments before an update (and draw more)."""
+    return traits(job.algorithm.name).filters_fragments and job.algorithm.params.dynamic_sampling
+
+
+def fill_batches(job) -> int:
+    """How many batches the job's learner may draw for one update."""
+    return job.algorithm.params.max_fill_batches if filters_fragments(job) else 1
+
+
+def n_step(job) -> int:
+    """The n of the n-step returns the job's replay shards compute (1: one step)."""
+    return job.algorithm.params.n_step if traits(job.algorithm.name).n_step else 1
+
 
 _OTHER = {"discrete": "continuous (Box) actions: use sac or ppo",
           "box": "Discrete actions: use dqn or ppo"}

@@ -10,6 +10,11 @@ from typing import Any, Literal
 from .roles import TRAINER_ROLES
 
 
+def ceil_div(a: int, b: int) -> int:
+    """a / b rounded up, for positive b (a b below 1 counts as 1)."""
+    return -(-a // max(1, b))
+
+
 class ConfigError(Exception):
     """A job file (or an override) that cannot be used; the message says where and why."""
 
@@ -249,6 +254,11 @@ class Launch:
     ssh_options: list[str] = field(default_factory=list)  # extra ssh arguments
     k8s: K8s = field(default_factory=K8s)  # verl-launch k8s: image, namespace, volume
 
+    @property
+    def liveness_timeout_s(self) -> float:
+        """How long a member may stay silent before it counts as dead."""
+        return self.heartbeat_interval_s * self.heartbeat_liveness
+
 
 @dataclass(frozen=True)
 class RoleResources:
@@ -310,6 +320,11 @@ class Job:
     def fragment_steps(self) -> int:
         return self.sampling.fragment_length * self.sampling.num_envs_per_worker
 
+    @property
+    def fragments_per_batch(self) -> int:
+        """Fragments one on-policy update consumes: ceil(batch_size / fragment_steps)."""
+        return ceil_div(self.algorithm.params.batch_size, self.fragment_steps)
+
     def learner_view(self) -> Job:
         """What one of `training.num_learners` data-parallel learners updates on: its
         share of the batch and minibatch (the gradients it averages make them the
@@ -320,9 +335,9 @@ class Job:
         if k <= 1:
             return self
         p, r = self.algorithm.params, dataclasses.replace
-        params = r(p, batch_size=-(-p.batch_size // k))
+        params = r(p, batch_size=ceil_div(p.batch_size, k))
         if hasattr(p, "minibatch_size"):
-            params = r(params, minibatch_size=-(-p.minibatch_size // k))
+            params = r(params, minibatch_size=ceil_div(p.minibatch_size, k))
         # off-policy ranks each request sampled batches of their share, prefetched
         prefetch = 0 if self.traits.on_policy else self.training.prefetch
         return r(self, algorithm=r(self.algorithm, params=params),
@@ -340,14 +355,14 @@ class Job:
         if not (self.gossip.share_batch and self.traits.decentralised and k > 1):
             return self
         p, r, s = self.algorithm.params, dataclasses.replace, self.sampling
-        share = -(-p.batch_size // k)
+        share = ceil_div(p.batch_size, k)
         envs = s.num_envs_per_worker
         if s.fragment_length * envs > share:
             envs = max(1, share // s.fragment_length)
         return r(self, algorithm=r(self.algorithm, params=r(
-            p, batch_size=share, minibatch_size=-(-p.minibatch_size // k))),
+            p, batch_size=share, minibatch_size=ceil_div(p.minibatch_size, k))),
             sampling=r(s, num_envs_per_worker=envs),
             training=r(self.training,
-                       total_timesteps=-(-self.training.total_timesteps // k)),
+                       total_timesteps=ceil_div(self.training.total_timesteps, k)),
             evaluation=r(self.evaluation,
-                         interval_steps=-(-self.evaluation.interval_steps // k)))
+                         interval_steps=ceil_div(self.evaluation.interval_steps, k)))

@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
+from ..algos.traits import fill_batches
 from ..batch import job_layout
+from .feed import Feed
 from .fragment_feed import FragmentFeed
 from .sampled_feed import SampledFeed
-from .state import FeedConfig
+from .state import FeedConfig, LinkConfig
 from .trainer import Trainer
 
 
-def make_feed(trainer: Trainer, links_args: dict) -> FragmentFeed | SampledFeed:
-    """The feed for the trainer's job; `links_args` say how to reach shards
-    (transport, log, stats, src, spawn)."""
+def make_feed(trainer: Trainer, links: LinkConfig) -> Feed:
+    """The feed for the trainer's job, reaching shards as `links` says."""
     job = trainer.job
     p, T, L = job.algorithm.params, job.training, job.launch
     cfg = FeedConfig(batch_size=p.batch_size, prefetch=T.prefetch,
                      fragment_steps=job.fragment_steps, max_lag=T.max_policy_lag,
-                     max_fills=getattr(p, "max_fill_batches", 1),
-                     fill_timeout_s=L.heartbeat_interval_s * L.heartbeat_liveness,
+                     max_fills=fill_batches(job),
+                     fill_timeout_s=L.liveness_timeout_s,
                      priorities=job.replay.mode == "prioritized")
     if job.traits.on_policy:
-        return FragmentFeed(links_args, trainer.state, job_layout(job, trainer.spec), cfg,
+        return FragmentFeed(links, trainer.state, job_layout(job, trainer.spec), cfg,
                             keep=trainer.algo.fragment_filter(), observe=trainer.observe)
-    return SampledFeed(links_args, trainer.state, trainer.spec, cfg, trainer.rng)
+    return SampledFeed(links, trainer.spec, cfg, trainer.rng)

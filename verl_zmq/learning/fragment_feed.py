@@ -15,25 +15,31 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import batch as fragments
 from .. import wire
 from .links import Link, ShardAddress, ShardLinks
-from .state import FeedConfig, TrainState
+from .state import FeedConfig, LinkConfig, TrainState
+
+if TYPE_CHECKING:  # torch stays out of the feeds' imports
+    from ..algos.base import Learned
 
 Arrays = dict[str, np.ndarray]
 
 
 class FragmentFeed:
-    """Batches of fresh fragments for on-policy updates."""
+    """Batches of fresh fragments for on-policy updates. It reads the trainer's
+    `state` (the version, for policy lag) and writes none of it."""
 
-    def __init__(self, links_args: dict, state: TrainState, layout: fragments.Layout,
+    def __init__(self, links: LinkConfig, state: TrainState, layout: fragments.Layout,
                  cfg: FeedConfig, keep: Callable[[Arrays], bool] | None = None,
                  observe: Callable[[Arrays], None] | None = None):
-        self.links = ShardLinks(**links_args, on_message=self._on)
+        self.links = ShardLinks(links, on_message=self._on)
         self.state, self.layout, self.cfg = state, layout, cfg
+        self.unreported_steps = 0  # env steps received since the trainer last asked
         self.keep = keep  # the algorithm's fragment filter
         self.observe = observe  # sees every accepted fragment (returns, obs statistics)
         self.pending: deque[tuple[int, Arrays, Link]] = deque()
@@ -43,6 +49,14 @@ class FragmentFeed:
         self.dropped = self.rejected = self.filtered = 0
         self.lags: deque[int] = deque(maxlen=200)
         self.by_sampler: dict[str, int] = {}
+
+    def attach(self, tasks: asyncio.TaskGroup) -> None:
+        self.links.attach(tasks)
+
+    def env_steps(self, known: int) -> int:
+        """`known` plus the env steps of every fragment received since the last call."""
+        n, self.unreported_steps = self.unreported_steps, 0
+        return known + n
 
     async def reconcile(self, wanted: dict[str, ShardAddress]) -> None:
         for link in self.links.reconcile(wanted):
@@ -68,7 +82,7 @@ class FragmentFeed:
             await self._credit(link)
             return
         n = fragments.steps(a)
-        self.state.env_steps += n  # dropped fragments count too: the envs did step
+        self.unreported_steps += n  # dropped fragments count too: the envs did step
         src = (msg.sampler or msg.src)[:64]
         if src in self.by_sampler or len(self.by_sampler) < 1024:
             self.by_sampler[src] = self.by_sampler.get(src, 0) + 1
@@ -135,7 +149,7 @@ class FragmentFeed:
         self.filtered += drawn - len(kept)
         return self.layout.concat(kept) if kept else None
 
-    async def done(self, learned) -> None:
+    async def done(self, learned: Learned | None) -> None:
         """Fragments' credits went back as they were taken: nothing to return."""
 
     def drain(self) -> None:
@@ -143,9 +157,10 @@ class FragmentFeed:
         again, so shards fill and samplers stop while the last evaluation runs."""
         self.draining = True
 
-    def metrics(self, r: str) -> dict:
-        out = {f"{r}/fragments_dropped": self.dropped, f"{r}/fragments_rejected": self.rejected,
-               f"{r}/shards": len(self.links)}
+    def metrics(self, r: str) -> dict[str, object]:
+        out: dict[str, object] = {f"{r}/fragments_dropped": self.dropped,
+                                  f"{r}/fragments_rejected": self.rejected,
+                                  f"{r}/shards": len(self.links)}
         if self.keep is not None:
             out[f"{r}/fragments_filtered"] = self.filtered
         if self.by_sampler:

@@ -188,8 +188,7 @@ class GossipNode:
             self.spawn(self._exchange(n))
 
     def _timeout(self) -> float:
-        L = self.job.launch
-        return L.heartbeat_interval_s * L.heartbeat_liveness
+        return self.job.launch.liveness_timeout_s
 
     async def _ask(self, sock, msg: wire.Message, kind: type):
         """Send one request to a neighbour and wait for its reply, or None on timeout."""

@@ -9,13 +9,15 @@ used by one task only); a link's reader is cancelled before its socket closes.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import zmq
 
 from .. import wire
-from ..messaging import WireStats, recv, send
+from ..messaging import recv, send
+from .state import LinkConfig
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class Link:
     credit: int = 0  # requests outstanding (fragments or sampled batches)
     size: int = 1  # its last reported size (off-policy), for proportional requests
     env_steps: int = 0  # its last reported env steps (off-policy)
-    reader: asyncio.Task | None = field(default=None, repr=False)
+    reader: asyncio.Task[None] | None = field(default=None, repr=False)
     open: bool = True
 
 
@@ -46,15 +48,20 @@ OnMessage = Callable[[Link, "wire.Batch | None"], Awaitable[None]]
 class ShardLinks:
     """The set of shard links, reconciled with the group's membership."""
 
-    def __init__(self, transport, log, stats: WireStats, src: str, on_message: OnMessage,
-                 spawn: Callable[..., asyncio.Task] = asyncio.create_task):
-        self.transport = transport
-        self.log = log
-        self.stats = stats
-        self.src = src
+    def __init__(self, cfg: LinkConfig, on_message: OnMessage):
+        self.transport = cfg.transport
+        self.log = cfg.log
+        self.stats = cfg.stats
+        self.src = cfg.src
         self.on_message = on_message
-        self.spawn = spawn  # a role passes its TaskGroup's create_task: a crash stops it
+        self.spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] = \
+            asyncio.create_task
         self.links: dict[str, Link] = {}
+
+    def attach(self, tasks: asyncio.TaskGroup) -> None:
+        """Run the links' readers in the role's task group: a reader's crash stops
+        the role instead of vanishing with its task."""
+        self.spawn = tasks.create_task
 
     def __len__(self) -> int:
         return len(self.links)

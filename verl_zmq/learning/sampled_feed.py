@@ -12,17 +12,22 @@ backwards.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .. import wire
 from .links import Link, ShardAddress, ShardLinks
-from .state import FeedConfig, TrainState
+from .state import FeedConfig, LinkConfig
+
+if TYPE_CHECKING:  # torch stays out of the feeds' imports
+    from ..algos.base import Learned
+    from ..envs import EnvSpec
 
 Arrays = dict[str, np.ndarray]
 
 
-def batch_problem(a: Arrays, obs_shape: tuple, action_shape: tuple) -> str:
+def batch_problem(a: Arrays, obs_shape: tuple[int, ...], action_shape: tuple[int, ...]) -> str:
     """Does a sampled batch have the columns an off-policy update reads?"""
     try:
         n = a["reward"].shape[0]
@@ -45,17 +50,26 @@ def batch_problem(a: Arrays, obs_shape: tuple, action_shape: tuple) -> str:
 class SampledFeed:
     """Sampled batches for off-policy updates; priorities back to their shard."""
 
-    def __init__(self, links_args: dict, state: TrainState, spec, cfg: FeedConfig,
+    def __init__(self, links: LinkConfig, spec: EnvSpec, cfg: FeedConfig,
                  rng: np.random.Generator):
-        self.links = ShardLinks(**links_args, on_message=self._on)
-        self.state, self.cfg, self.rng = state, cfg, rng
+        self.links = ShardLinks(links, on_message=self._on)
+        self.cfg, self.rng = cfg, rng
         self.obs_shape = tuple(spec.obs_shape)
         self.action_shape = () if spec.discrete else (spec.n_actions,)
         self.batches: asyncio.Queue[tuple[Link, wire.Batch]] = asyncio.Queue()
         self.shard_steps: dict[str, int] = {}
         self.current: tuple[Link, Arrays] | None = None
         self.rejected = 0
+        self.dropped = self.filtered = 0  # sampled batches are never dropped or filtered
         self.draining = False
+
+    def attach(self, tasks: asyncio.TaskGroup) -> None:
+        self.links.attach(tasks)
+
+    def env_steps(self, known: int) -> int:
+        """The sum of what each shard member last reported; never below `known`
+        (a shard restarted from an older snapshot reports less)."""
+        return max(known, sum(self.shard_steps.values()))
 
     async def reconcile(self, wanted: dict[str, ShardAddress]) -> None:
         for link in self.links.reconcile(wanted):
@@ -84,12 +98,10 @@ class SampledFeed:
         self.shard_steps[link.member] = int(a["env_steps"][0])
         if "size" in a and a["size"].shape == (1,):
             link.size = max(1, int(a["size"][0]))
-        # never backwards: a shard restarted from an older snapshot reports less
-        self.state.env_steps = max(self.state.env_steps, sum(self.shard_steps.values()))
         self.current = (link, a)
         return a
 
-    async def done(self, learned) -> None:
+    async def done(self, learned: Learned | None) -> None:
         """Priorities to the batch's shard (if still connected), then the next request."""
         if self.current is not None and learned is not None and learned.priorities is not None \
                 and self.cfg.priorities:  # a uniform shard has no use for them
@@ -119,6 +131,6 @@ class SampledFeed:
     def drain(self) -> None:
         self.draining = True
 
-    def metrics(self, r: str) -> dict:
+    def metrics(self, r: str) -> dict[str, object]:
         return {f"{r}/fragments_dropped": 0, f"{r}/fragments_rejected": self.rejected,
                 f"{r}/shards": len(self.links)}

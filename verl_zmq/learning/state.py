@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from ..config.sections import ceil_div
+from ..messaging import WireStats
 
 
 @dataclass
 class TrainState:
-    """`version` counts updates (and gossip mixes): the feed reads it to measure a
-    fragment's policy lag. `env_steps` counts the job's env steps as the feed
-    learns of them: the trainer reads it for schedules, checkpoints and the end."""
+    """The trainer's counters; the trainer is their one writer. `version` counts
+    updates (and gossip mixes): the feed reads it to measure a fragment's policy
+    lag. `env_steps` counts the job's env steps as the feed reports them
+    (`Feed.env_steps`): schedules, checkpoints and the end read it."""
 
     version: int = 0
     env_steps: int = 0
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """How a feed reaches its shards: the transport to connect with, the log and
+    wire counters to report into, and the id it sends as."""
+
+    transport: Any  # verl_zmq.transport.Transport (zmq stays out of the type's import)
+    log: Any
+    stats: WireStats
+    src: str
 
 
 @dataclass(frozen=True)
@@ -29,4 +45,4 @@ class FeedConfig:
 
     @property
     def per_batch(self) -> int:
-        return -(-self.batch_size // max(1, self.fragment_steps))
+        return ceil_div(self.batch_size, self.fragment_steps)

@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -31,6 +32,9 @@ from ..log import write_failed
 from ..normalize import RunningMeanStd, scale_rewards
 from .critic_watch import CriticWatch
 from .state import TrainState
+
+if TYPE_CHECKING:
+    from .feed import Feed
 
 Hook = Callable[[], Awaitable[None]]
 
@@ -137,16 +141,19 @@ class Trainer:
 
     # -- the loop -----------------------------------------------------------------
 
-    async def run(self, feed, publish: Hook, after_update: Hook) -> None:
+    async def run(self, feed: Feed, publish: Hook, after_update: Hook) -> None:
         """Train until `training.total_timesteps` env steps; the feed decides where
-        batches come from, the hook what else happens after each update."""
+        batches come from, the hook what else happens after each update. The
+        trainer alone writes its counters: env steps as the feed reports them."""
         T = self.job.training
-        while self.state.env_steps < T.total_timesteps:
+        while self._count(feed) < T.total_timesteps:
             batch = await feed.next()
+            self._count(feed)
             if batch is None:
                 continue
             learned = await self.update(batch) if T.learn else None  # learn=false: drain
             await feed.done(learned)
+            self._count(feed)  # what arrived during the update counts before the checks
             if learned is None:
                 continue
             if self.sum_steps is not None:  # every rank ends, publishes, saves alike
@@ -161,7 +168,12 @@ class Trainer:
                 interval = self.job.checkpoint.interval_steps
                 self.next_ckpt = (self.state.env_steps // interval + 1) * interval
                 await asyncio.to_thread(self.checkpoint)
+        self._count(feed)
         feed.drain()
+
+    def _count(self, feed: Feed) -> int:
+        self.state.env_steps = feed.env_steps(self.state.env_steps)
+        return self.state.env_steps
 
     # -- checkpoints --------------------------------------------------------------
 

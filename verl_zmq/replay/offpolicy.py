@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from .. import wire
+from ..algos.traits import n_step
 from ..config import Job
 from .limiter import RateLimiter
 from .samplers import PrioritizedSampler, UniformSampler
@@ -28,7 +29,7 @@ class OffPolicyStore:
     def __init__(self, job: Job, seed: int = 0):
         R, p = job.replay, job.algorithm.params
         self.gamma = p.gamma
-        self.n_step = getattr(p, "n_step", 1)
+        self.n_step = n_step(job)
         self.storage = RingStorage(R.capacity)
         if R.mode == "prioritized":
             self.sampler = PrioritizedSampler(R.capacity, R.alpha, R.beta, R.priority_eps, seed)

@@ -28,6 +28,7 @@ from ..envs import env_spec
 from ..learning.data_parallel import LearnerGroup, free_port
 from ..learning.feeds import make_feed
 from ..learning.links import ShardAddress
+from ..learning.state import LinkConfig
 from ..learning.trainer import Trainer, resolve_device
 from .base import Role, index_of, send
 from .service import EXIT_FAILED
@@ -73,9 +74,8 @@ class LearnerRole(Role):
             t = self.ctx.transport
             port = free_port(t.host, *self.job.launch.port_range, t.reserved)
             self.endpoints["dist"] = f"tcp://{t.host}:{port}"
-        self.feed = make_feed(self.trainer, {
-            "transport": self.ctx.transport, "log": self.log, "stats": self.wire_stats,
-            "src": self.id, "spawn": lambda coro: self.tasks.create_task(coro)})
+        self.feed = make_feed(self.trainer, LinkConfig(self.ctx.transport, self.log,
+                                                       self.wire_stats, self.id))
         self.shards_changed = asyncio.Event()
         self.published_at = 0.0
         self.finished = False
@@ -217,7 +217,7 @@ class LearnerRole(Role):
             await self.finish()
 
     def finish_counts(self) -> dict:
-        return {"fragments_dropped": getattr(self.feed, "dropped", 0)}
+        return {"fragments_dropped": self.feed.dropped}
 
     async def finish(self) -> None:
         """Training is done: offer final params to the evaluator, which runs a last
@@ -240,7 +240,8 @@ class LearnerRole(Role):
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
-            self.tasks = tg  # shard readers join it as shards come and go
+            self.tasks = tg  # gossip exchanges join it
+            self.feed.attach(tg)  # shard readers join it as shards come and go
             for coro in self.tasks_to_run():
                 tg.create_task(coro)
 

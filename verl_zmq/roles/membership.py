@@ -36,7 +36,7 @@ class RegistryClient:
         self.t = ctx.transport
         self.endpoint = ctx.registry
         self.interval = role.job.launch.heartbeat_interval_s
-        self.liveness = role.job.launch.heartbeat_liveness
+        self.dead_after_s = role.job.launch.liveness_timeout_s
         self.log = role.log
         self.me = wire.Member(
             id=ctx.member_id, role=role.name, group=ctx.group, incarnation=ctx.incarnation,
@@ -114,7 +114,7 @@ class RegistryClient:
     async def _register(self) -> bool:
         self.me.endpoints = dict(self.role.endpoints)
         await send(self.dealer, wire.Register(member=self.me), self.me.id)
-        deadline = time.monotonic() + self.interval * self.liveness
+        deadline = time.monotonic() + self.dead_after_s
         while (left := deadline - time.monotonic()) > 0:
             if not await self.dealer.poll(left * 1000):
                 break
@@ -127,7 +127,7 @@ class RegistryClient:
                 if self.members:  # registering again: the registry may have restarted
                     # two liveness periods: a member that lost the registry retries
                     # with a backoff of up to one, and its retry may come just after ours
-                    self.keep_until = self.last_reply + 2 * self.interval * self.liveness
+                    self.keep_until = self.last_reply + 2 * self.dead_after_s
                 self._subscribe(msg.pub_endpoint)
                 self._apply_snapshot(msg.members_seq, msg.members)
                 self.log.info("registered", registry=self.endpoint, members=len(msg.members))
@@ -163,7 +163,7 @@ class RegistryClient:
                 await send(self.dealer, wire.Heartbeat(incarnation=self.me.incarnation,
                                                        status=self.role.status()), self.me.id)
                 next_beat = now + self.interval
-            if now - self.last_reply > self.interval * self.liveness:
+            if now - self.last_reply > self.dead_after_s:
                 self.log.warning("registry_lost", silent_s=round(now - self.last_reply, 2),
                                  members_kept=len(self.members))
                 return
@@ -195,7 +195,7 @@ class RegistryClient:
                                  retry_in_s=round(backoff, 2))
                 self._close()
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.interval * self.liveness)
+                backoff = min(backoff * 2, self.dead_after_s)
                 continue
             self._close()
             self.registered = False

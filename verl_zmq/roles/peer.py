@@ -62,7 +62,7 @@ class PeerRole(LearnerRole):
 
     def finish_counts(self) -> dict:
         return {**super().finish_counts(), **self.node.stats,
-                "uninformative_dropped": getattr(self.feed, "filtered", 0)}
+                "uninformative_dropped": self.feed.filtered}
 
     async def finish(self) -> None:
         """Done training: keep answering gossip and publishing final params; the
@@ -79,7 +79,7 @@ class PeerRole(LearnerRole):
     def metrics(self) -> dict[str, float]:
         out = super().metrics()
         out.update(self.node.metrics())
-        out["gossip/uninformative_dropped"] = getattr(self.feed, "filtered", 0)
+        out["gossip/uninformative_dropped"] = self.feed.filtered
         return out
 
 

@@ -126,7 +126,7 @@ class RegistryRole(Role):
 
     async def _reaper(self) -> None:
         interval = self.job.launch.heartbeat_interval_s
-        limit = interval * self.job.launch.heartbeat_liveness
+        limit = self.job.launch.liveness_timeout_s
         while True:
             await asyncio.sleep(interval / 2)
             now = time.monotonic()

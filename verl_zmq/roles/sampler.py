@@ -271,7 +271,7 @@ class SamplerRole(Role):
     async def _collect_loop(self) -> None:
         S = self.job.sampling
         ahead = 1 if S.mode == "sync" else S.max_fragments_ahead
-        timeout = self.job.launch.heartbeat_interval_s * self.job.launch.heartbeat_liveness * 2
+        timeout = self.job.launch.liveness_timeout_s * 2
         shipped, last_version = 0, None
         self.log.info("sampling_started", envs=self.collector.E,
                       fragment_length=self.collector.T)

@@ -18,6 +18,7 @@ and concatenation (a learner stacks fragments side by side). Numpy only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,12 +34,12 @@ def bootstrap(column: str) -> str:
     return f"bootstrap_{column}"
 
 
-def steps(arrays: dict[str, np.ndarray]) -> int:
+def steps(arrays: Mapping[str, np.ndarray]) -> int:
     """Env steps a fragment holds (valid or not: the envs did step)."""
     return int(arrays["reward"].size)
 
 
-def shape_problem(arrays: dict[str, np.ndarray]) -> str:
+def shape_problem(arrays: Mapping[str, np.ndarray]) -> str:
     """What a shard can check knowing no env: the base columns, all [T, E, ...]."""
     for k in BASE:
         if k not in arrays:
@@ -82,7 +83,7 @@ class Layout:
         elements = sum(int(np.prod(s)) for s in self.shapes(E).values())
         return max(2048, 2 * 4 * elements)
 
-    def problem(self, a: dict[str, np.ndarray], values: bool = True) -> str:
+    def problem(self, a: Mapping[str, np.ndarray], values: bool = True) -> str:
         """Does a fragment fit this job's env and algorithm? Empty when it does.
         `values=False` checks names and shapes only (what a learner re-checks of a
         fragment its shard validated whole)."""
@@ -109,7 +110,7 @@ class Layout:
                 return f"{k} is not finite floats"
         return ""
 
-    def concat(self, frags: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    def concat(self, frags: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """Stack fragments side by side along the env axis: [T, sum E, ...]; only
         the columns an update reads travel on."""
         out = {k: np.concatenate([f[k] for f in frags], axis=1) for k in (*BASE, *self.extras)}

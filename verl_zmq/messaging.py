@@ -4,9 +4,11 @@ feeds alike."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import time
+from typing import TypeVar
 
 import zmq
 import zmq.asyncio
@@ -67,6 +69,24 @@ async def recv(sock: zmq.asyncio.Socket, stats: WireStats, n_prefix: int = 0,
         stats.reject(msg.src or sender, wire.WireError(f"unexpected kind {msg.KIND.name}"))
         return prefix, None
     return prefix, msg
+
+
+M = TypeVar("M", bound=wire.Message)
+
+
+async def request(sock: zmq.asyncio.Socket, msg: wire.Message, src: str, stats: WireStats,
+                  kind: type[M], timeout_s: float) -> M | None:
+    """Send one request and wait for a reply of `kind` (others are counted and
+    skipped); None when none comes within `timeout_s`."""
+    await send(sock, msg, src)
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                _, reply = await recv(sock, stats, expect=(kind,))
+                if isinstance(reply, kind):
+                    return reply
+    except TimeoutError:
+        return None
 
 
 def reconnect(sock, current: dict[str, str], wanted: dict[str, str], log, what: str) -> None:

@@ -8,6 +8,7 @@ VecNormalize do."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -89,7 +90,8 @@ def discounted_returns(reward: np.ndarray, done: np.ndarray, gamma: float) -> np
     return out
 
 
-def scale_rewards(batch: dict, rms: RunningMeanStd, gamma: float, clip: float) -> dict:
+def scale_rewards(batch: Mapping[str, np.ndarray], rms: RunningMeanStd, gamma: float,
+                  clip: float) -> dict[str, np.ndarray]:
     """The batch with its rewards divided by the returns' running standard deviation
     (after folding this batch's returns into `rms`) and clipped to +-clip."""
     reward = np.asarray(batch["reward"], np.float64)

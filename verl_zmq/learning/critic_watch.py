@@ -33,7 +33,7 @@ class CriticWatch:
     flat: int = 0
     warned: bool = False
 
-    def check(self, metrics: dict[str, float]) -> dict | None:
+    def check(self, metrics: dict[str, float]) -> dict[str, object] | None:
         """The warning's fields the first time the critic has been flat for
         `patience` updates; None otherwise (and for algorithms without a critic)."""
         if METRIC not in metrics:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -13,7 +14,7 @@ from .links import ShardAddress
 if TYPE_CHECKING:  # torch stays out of the feeds' imports
     from ..algos.base import Learned
 
-Arrays = dict[str, np.ndarray]
+Arrays = Mapping[str, np.ndarray]
 
 
 class Feed(Protocol):

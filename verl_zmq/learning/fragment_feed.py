@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,7 +27,7 @@ from .state import FeedConfig, LinkConfig, TrainState
 if TYPE_CHECKING:  # torch stays out of the feeds' imports
     from ..algos.base import Learned
 
-Arrays = dict[str, np.ndarray]
+Arrays = Mapping[str, np.ndarray]
 
 
 class FragmentFeed:

@@ -21,27 +21,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import numpy as np
 import zmq
+import zmq.asyncio
 
 from .. import compress, gossip, wire
+from ..config import Job
 from ..config.roles import PEER
-from ..messaging import WireStats, recv, send
+from ..messaging import WireStats, recv, request, send
 from ..specs import index_of
+from ..transport import Transport
 from .grad_mix import GradMixer
 from .round_mix import RoundMixer
 from .trainer import Trainer
 
+M = TypeVar("M", bound=wire.Message)
 FORGET_DEAD_S = 30.0  # a peer found dead is not re-learned from gossip for this long
 
 
 class GossipNode:
     """The gossip state and protocol of one peer; the peer role owns one."""
 
-    def __init__(self, job, member_id: str, index: int, trainer: Trainer, transport, log,
-                 stats: WireStats, spawn: Callable[..., asyncio.Task],
+    def __init__(self, job: Job, member_id: str, index: int, trainer: Trainer,
+                 transport: Transport, log: Any, stats: WireStats,
+                 spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
                  publish: Callable[[], Awaitable[None]]):
         G = job.gossip
         self.job, self.id, self.trainer = job, member_id, trainer
@@ -50,10 +56,12 @@ class GossipNode:
         self.gossip_sock, self.endpoint = transport.bind(zmq.ROUTER, "gossip", hwm=100)
         self.peers: dict[str, wire.Member] = {}
         self.dead: dict[str, float] = {}
-        self.out: dict[str, tuple[str, object]] = {}  # neighbour -> (endpoint, DEALER)
+        # neighbour -> (endpoint, DEALER)
+        self.out: dict[str, tuple[str, zmq.asyncio.Socket]] = {}
         self.busy: set[str] = set()
-        self.orphans: dict[str, list] = {}  # sockets to close once their exchange ends
-        self.info: dict[str, dict] = {}  # from hellos: reward, version, env_steps
+        # sockets to close once their exchange ends
+        self.orphans: dict[str, list[zmq.asyncio.Socket]] = {}
+        self.info: dict[str, dict[str, float]] = {}  # from hellos: reward, version, env_steps
         self.queue = gossip.ParamQueue(G.max_queue_size, G.priority_fn)
         self.recv_fp: dict[str, str] = {}  # fingerprint of what each peer last sent us
         self.recon: dict[str, dict[str, np.ndarray]] = {}  # ... and what we rebuilt of it
@@ -66,13 +74,13 @@ class GossipNode:
         self._fp_cache: tuple[tuple[int, float], str] = ((-1, 0.0), "")
         self._registry_peers: dict[str, wire.Member] = {}
         self.bootstrapped = asyncio.Event()
-        deadline = G.round_deadline_s or self._timeout()
+        deadline = G.round_deadline_s or self.job.launch.liveness_timeout_s
         self.mixer = RoundMixer(self, deadline) if G.mixing in ("exact", "gradients") else None
         self.grads = GradMixer(self, deadline) if G.mixing == "gradients" else None
 
     # -- who is out there ---------------------------------------------------------------
 
-    def on_membership(self, members) -> None:
+    def on_membership(self, members: dict[str, wire.Member]) -> None:
         """The registry's view: peers it dropped are dropped here too."""
         now = {m.id: m for m in members.values() if m.role == PEER and m.id != self.id}
         for pid in list(self.peers):
@@ -116,7 +124,7 @@ class GossipNode:
         else:
             self.transport.close_socket(ep_sock[1])
 
-    def dealer(self, pid: str):
+    def dealer(self, pid: str) -> zmq.asyncio.Socket:
         ep = self.peers[pid].endpoints["gossip"]
         cur = self.out.get(pid)
         if cur is None or cur[0] != ep:
@@ -187,20 +195,11 @@ class GossipNode:
             self.busy.add(n)
             self.spawn(self._exchange(n))
 
-    def _timeout(self) -> float:
-        return self.job.launch.liveness_timeout_s
-
-    async def _ask(self, sock, msg: wire.Message, kind: type):
-        """Send one request to a neighbour and wait for its reply, or None on timeout."""
-        await send(sock, msg, self.id)
-        try:
-            async with asyncio.timeout(self._timeout()):
-                while True:
-                    _, reply = await recv(sock, self.wire_stats, expect=(kind,))
-                    if reply is not None:
-                        return reply
-        except TimeoutError:
-            return None
+    async def _ask(self, sock: zmq.asyncio.Socket, msg: wire.Message,
+                   kind: type[M]) -> M | None:
+        """One request to a neighbour: its reply, or None within liveness."""
+        return await request(sock, msg, self.id, self.wire_stats, kind,
+                             self.job.launch.liveness_timeout_s)
 
     async def _exchange(self, pid: str) -> None:
         try:
@@ -211,13 +210,13 @@ class GossipNode:
             for orphan in self.orphans.pop(pid, []):  # dropped or replaced meanwhile
                 self.transport.close_socket(orphan)
 
-    def _no_reply(self, pid: str, sock) -> None:
+    def _no_reply(self, pid: str, sock: zmq.asyncio.Socket) -> None:
         self.stats["timeouts"] += 1
         cur = self.out.get(pid)
         if cur is not None and cur[1] is sock:  # not already dropped or replaced
             self._drop(pid, "no_reply")
 
-    async def _exchange_once(self, pid: str, sock) -> None:
+    async def _exchange_once(self, pid: str, sock: zmq.asyncio.Socket) -> None:
         hello = await self._ask(sock, self._hello(False), wire.GossipHello)
         if hello is None:
             self._no_reply(pid, sock)
@@ -243,7 +242,8 @@ class GossipNode:
         for m in hello.members:
             self._learn(m, "gossip")
 
-    def _take_params(self, pid: str, msg: wire.GossipParams, base) -> None:
+    def _take_params(self, pid: str, msg: wire.GossipParams,
+                     base: dict[str, np.ndarray] | None) -> None:
         own = self.own_arrays()
         try:
             arrays = compress.decode(dict(msg.arrays), msg.compression, base, own)
@@ -278,6 +278,7 @@ class GossipNode:
                 if self.grads is not None:
                     self.grads.receive(msg.src, msg)
                 continue
+            reply: wire.Message
             if isinstance(msg, wire.GossipHello):
                 self._heard(msg.src, msg)
                 reply = self._hello(True)
@@ -338,7 +339,7 @@ class GossipNode:
             # gradient rounds keep the peers' update numbers in step (theirs may differ:
             # a restart, an update alone): parameter rounds follow that number, so
             # every peer runs one at the same update and none waits for another's
-            if (self.grads.update + 1) % G.sync_interval == 0:
+            if (self.grads.update + 1) % G.sync_interval == 0 and self.mixer is not None:
                 await self.mixer.run_round()
             return
         if self.mixer is not None:  # exact mixing: rounds replace pulls and the queue
@@ -366,7 +367,7 @@ class GossipNode:
             want = max(1, self.job.launch.peers - 1)
             if self.grads is None:
                 want = min(self.job.gossip.neighbor_count, want)
-            deadline = time.monotonic() + 2 * self._timeout()
+            deadline = time.monotonic() + 2 * self.job.launch.liveness_timeout_s
             while len(self.peers) < want and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
             if self.grads is not None:
@@ -374,7 +375,7 @@ class GossipNode:
             if not self.peers:
                 return
             self._start_round()
-            deadline = time.monotonic() + 1.5 * self._timeout()
+            deadline = time.monotonic() + 1.5 * self.job.launch.liveness_timeout_s
             while self.busy and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             if len(self.queue):
@@ -387,8 +388,8 @@ class GossipNode:
         """Every peer this one hears of has trained `total` env steps."""
         return all(self.info.get(p, {}).get("env_steps", 0) >= total for p in self.peers)
 
-    def metrics(self) -> dict:
-        out = {f"gossip/{k}": v for k, v in self.stats.items()}
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {f"gossip/{k}": v for k, v in self.stats.items()}
         out.update({"gossip/peers": len(self.peers), "gossip/queue": len(self.queue),
                     "gossip/round": self.round})
         if self.mixer is not None:

@@ -42,6 +42,7 @@ import zmq
 from .. import wire
 from ..messaging import send
 from ..nets import flat_grad, set_flat_grad
+from .mix_node import MixNode
 from .round_mix import round_graph
 
 STRIDE = 1 << 20  # round numbers: update * STRIDE + minibatch step within it
@@ -51,7 +52,7 @@ FIRST_ROUND_DEADLINES = 10  # the first round waits this many deadlines at most
 class GradMixer:
     """Rounds of gradient averaging for one peer; its `GossipNode` owns it."""
 
-    def __init__(self, node, deadline_s: float):
+    def __init__(self, node: MixNode, deadline_s: float):
         self.node = node
         self.deadline_s = deadline_s
         self.loop = asyncio.get_running_loop()
@@ -188,7 +189,8 @@ class GradMixer:
                           wait_s=round(time.monotonic() - t0, 4))
         return self._mean(flat, scalars, got)
 
-    def _mean(self, flat, scalars, got) -> tuple[np.ndarray, dict[str, float]]:
+    def _mean(self, flat: np.ndarray, scalars: dict[str, float],
+              got: dict[str, wire.GossipGrads]) -> tuple[np.ndarray, dict[str, float]]:
         """The same sum in the same order on every peer: sorted ids, float64."""
         mine = wire.GossipGrads(round=self.key, scalars=scalars, arrays={"grad": flat})
         every = [m for _, m in sorted({**got, self.node.id: mine}.items())]
@@ -200,7 +202,7 @@ class GradMixer:
                for k, v in scalars.items()}
         return (total / n).astype(np.float32), out
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, float]:
         return {**{f"gossip/{k}": v for k, v in self.stats.items()},
                 "gossip/grad_wait_s": round(self.wait_s, 3),
                 "gossip/grad_behind": len(self.behind)}

@@ -23,17 +23,19 @@ import asyncio
 import contextlib
 import math
 import time
+from collections.abc import Iterable
 
 import numpy as np
 import zmq
 
 from .. import gossip, wire
 from ..messaging import send
+from .mix_node import MixNode
 
 COMPLETE_MAX = 8  # peers: up to this many, everyone averages with everyone
 
 
-def round_graph(me: str, peers, r: int) -> tuple[list[str], list[str]]:
+def round_graph(me: str, peers: Iterable[str], r: int) -> tuple[list[str], list[str]]:
     """(out-neighbours, in-neighbours) of peer `me` in round `r`: everyone when the
     group has at most COMPLETE_MAX peers, else one peer each way along the
     exponential graph (2^(r mod log2 N) places ahead and behind)."""
@@ -50,7 +52,7 @@ def round_graph(me: str, peers, r: int) -> tuple[list[str], list[str]]:
 class RoundMixer:
     """Rounds of exact averaging for one peer; its `GossipNode` owns it."""
 
-    def __init__(self, node, deadline_s: float):
+    def __init__(self, node: MixNode, deadline_s: float):
         self.node = node
         self.deadline_s = deadline_s
         self.round = 0
@@ -114,6 +116,6 @@ class RoundMixer:
                       version=node.trainer.state.version)
         await node.publish()
 
-    def metrics(self) -> dict:
+    def metrics(self) -> dict[str, float]:
         return {**{f"gossip/{k}": v for k, v in self.stats.items()},
                 "gossip/round_wait_s": round(self.wait_s, 3), "gossip/mix_round": self.round}

@@ -12,6 +12,7 @@ backwards.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,7 +25,7 @@ if TYPE_CHECKING:  # torch stays out of the feeds' imports
     from ..algos.base import Learned
     from ..envs import EnvSpec
 
-Arrays = dict[str, np.ndarray]
+Arrays = Mapping[str, np.ndarray]
 
 
 def batch_problem(a: Arrays, obs_shape: tuple[int, ...], action_shape: tuple[int, ...]) -> str:

@@ -13,9 +13,9 @@ import contextlib
 import json
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -54,7 +54,7 @@ def resolve_device(name: str) -> str:
 class Trainer:
     """A learner's state and its update, params and checkpoint steps."""
 
-    def __init__(self, job: Job, spec: EnvSpec, checkpoint_dir: Path, log,
+    def __init__(self, job: Job, spec: EnvSpec, checkpoint_dir: Path, log: Any,
                  reduce_grads: GradReduce | None = None,
                  sum_steps: Callable[[int], int] | None = None, primary: bool = True):
         self.job, self.spec, self.log = job, spec, log
@@ -84,7 +84,7 @@ class Trainer:
 
     # -- what fragments tell ------------------------------------------------------
 
-    def observe(self, arrays: dict[str, np.ndarray]) -> None:
+    def observe(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Every accepted fragment: its finished episodes and observation moments."""
         if "ep_return" in arrays:
             self.returns.extend(np.asarray(arrays["ep_return"], np.float64).tolist()[-100:])
@@ -98,7 +98,7 @@ class Trainer:
 
     # -- updates and params -------------------------------------------------------
 
-    async def update(self, batch: dict[str, np.ndarray]) -> Learned:
+    async def update(self, batch: Mapping[str, np.ndarray]) -> Learned:
         """One update in a worker thread (heartbeats and receiving go on meanwhile)."""
         steps, total = self.state.env_steps, self.job.training.total_timesteps
         at = Progress(env_steps=steps, fraction=min(1.0, steps / total))
@@ -177,7 +177,7 @@ class Trainer:
 
     # -- checkpoints --------------------------------------------------------------
 
-    def _state(self) -> dict:
+    def _state(self) -> dict[str, Any]:
         s = self.state
         return {**policy_state(dumps_job(self.job), self.job.algorithm.name,
                                self.algo.policy_arrays(), self.rms.to_arrays()),
@@ -229,9 +229,10 @@ class Trainer:
         self.log.info("resumed", checkpoint=str(path), env_steps=self.state.env_steps,
                       version=self.state.version, updates=self.algo.updates)
 
-    def metrics(self, r: str) -> dict:
-        out = {f"{r}/env_steps": self.state.env_steps, f"{r}/updates": self.algo.updates,
-               f"{r}/policy_version": self.state.version, f"{r}/learn_s": round(self.learn_s, 3)}
+    def metrics(self, r: str) -> dict[str, float]:
+        out: dict[str, float] = {
+            f"{r}/env_steps": self.state.env_steps, f"{r}/updates": self.algo.updates,
+            f"{r}/policy_version": self.state.version, f"{r}/learn_s": round(self.learn_s, 3)}
         if self.returns:
             out[f"{r}/episode_return_mean"] = round(self.mean_return(), 3)
         out.update({k: round(float(v), 6) for k, v in self.last_metrics.items()})

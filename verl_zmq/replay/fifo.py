@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
+import numpy as np
+
 from .. import wire
 
 
@@ -41,7 +43,7 @@ class FifoStore:
     def can_insert(self, frag: wire.Fragment) -> bool:
         return self.drop_oldest or not self.full
 
-    def insert(self, frag: wire.Fragment) -> None:
+    def insert(self, frag: wire.Fragment) -> None:  # the fragment is taken whole
         if self.full:
             self.items.popleft()
             self.dropped += 1
@@ -68,3 +70,9 @@ class FifoStore:
     def metrics(self) -> dict[str, float]:
         return {"replay/size": len(self.items), "replay/capacity": self.capacity,
                 "replay/dropped": self.dropped}
+
+    def state(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError("a FIFO shard is not persistent")
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        raise NotImplementedError("a FIFO shard is not persistent")

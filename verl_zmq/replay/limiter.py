@@ -26,7 +26,7 @@ class RateLimiter:
     inserted: int = 0
     sampled: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         r, b = self.samples_per_insert, self.error_buffer
         if r < 0 or b < 0 or self.min_size_to_sample < 1:
             raise LimiterError("samples_per_insert and error_buffer must be >= 0 and "

@@ -9,6 +9,7 @@ limiter says the learner is behind. Numpy only."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from ..config import Job
 from .limiter import RateLimiter
 from .samplers import PrioritizedSampler, UniformSampler
 from .storage import RingStorage
+from .store import RejectedFragment
 from .transitions import unroll
 
 
@@ -31,6 +33,7 @@ class OffPolicyStore:
         self.gamma = p.gamma
         self.n_step = n_step(job)
         self.storage = RingStorage(R.capacity)
+        self.sampler: PrioritizedSampler | UniformSampler
         if R.mode == "prioritized":
             self.sampler = PrioritizedSampler(R.capacity, R.alpha, R.beta, R.priority_eps, seed)
         else:
@@ -46,16 +49,19 @@ class OffPolicyStore:
     def size(self) -> int:
         return self.storage.size
 
-    def transitions(self, arrays) -> dict[str, np.ndarray]:
+    def transitions(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return unroll(arrays, self.gamma, self.n_step)
 
     # -- the shard's store interface (see roles/replay.py) ------------------------
 
     def prepare(self, frag: wire.Fragment) -> tuple[dict[str, np.ndarray], int]:
         """A fragment's n-step transitions and its env steps."""
-        return self.transitions(frag.arrays), int(frag.arrays["reward"].size)
+        try:
+            return self.transitions(frag.arrays), int(frag.arrays["reward"].size)
+        except (KeyError, ValueError, IndexError, TypeError) as e:
+            raise RejectedFragment(str(e)) from None
 
-    def can_insert(self, item) -> bool:
+    def can_insert(self, item: tuple[dict[str, np.ndarray], int]) -> bool:
         return self.limiter.can_insert(len(item[0]["reward"]))
 
     def can_serve(self, batch_size: int) -> bool:
@@ -95,7 +101,10 @@ class OffPolicyStore:
         prio = tr.pop("priority", None)
         n = len(tr["reward"])
         if n:
-            idx = self.storage.add(tr)
+            try:
+                idx = self.storage.add(tr)
+            except ValueError as e:  # columns unlike the ones stored
+                raise RejectedFragment(str(e)) from None
             self.sampler.on_insert(idx, prio)
         self.limiter.insert(n)
         self.env_steps += env_steps

@@ -26,7 +26,7 @@ def write(directory: Path, arrays: dict[str, np.ndarray]) -> Path:
     # the write on stop must not share one
     with tempfile.NamedTemporaryFile(dir=directory, prefix=f".{FILE}.", delete=False) as f:
         try:
-            np.savez(f, **arrays)
+            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub: allow_pickle
         except BaseException:  # a full disk: no half-written temporary stays behind
             with contextlib.suppress(OSError):
                 os.unlink(f.name)

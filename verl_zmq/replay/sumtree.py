@@ -39,7 +39,8 @@ class SumTree:
         return float(self.levels[-1][0])
 
     def get(self, idx: np.ndarray) -> np.ndarray:
-        return self.levels[0][np.asarray(idx)]
+        out: np.ndarray = self.levels[0][np.asarray(idx)]
+        return out
 
     def update(self, idx: np.ndarray, values: np.ndarray) -> None:
         idx = np.asarray(idx, np.int64)

@@ -11,12 +11,16 @@ step); a window cut by the fragment's end bootstraps from `bootstrap_obs`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from ..batch import bootstrap
 
+Windows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
-def windows(a: dict[str, np.ndarray], gamma: float, n: int):
+
+def windows(a: Mapping[str, np.ndarray], gamma: float, n: int) -> Windows:
     """For every valid (t, e): the n-step window's last step k, return R and discount.
     Returns arrays (t, e, k, R, discount), e-major."""
     rew = a["reward"]
@@ -47,13 +51,13 @@ def windows(a: dict[str, np.ndarray], gamma: float, n: int):
     return ti, ei, ki, np.array(ret, np.float32), np.array(disc, np.float32)
 
 
-def after(a: dict[str, np.ndarray], name: str) -> np.ndarray:
+def after(a: Mapping[str, np.ndarray], name: str) -> np.ndarray:
     """Column `name` shifted by one step: [t] holds the value after step t (the last
     row from `bootstrap_<name>`)."""
     return np.concatenate([a[name][1:], a[bootstrap(name)][None]], axis=0)
 
 
-def unroll(a: dict[str, np.ndarray], gamma: float, n: int) -> dict[str, np.ndarray]:
+def unroll(a: Mapping[str, np.ndarray], gamma: float, n: int) -> dict[str, np.ndarray]:
     """Transitions from one fragment's arrays (see module doc); columns with a leading N."""
     ti, ei, ki, ret, disc = windows(a, gamma, n)
     out = {"obs": a["obs"][ti, ei], "action": a["action"][ti, ei], "reward": ret,

@@ -24,6 +24,7 @@ from ..config.roles import REPLAY
 from ..envs import env_spec
 from ..log import write_failed
 from ..replay import snapshot
+from ..replay.store import RejectedFragment
 from ..replay.stores import make_store
 from .base import Role, recv, send
 
@@ -79,7 +80,7 @@ class ReplayRole(Role):
                 continue
             try:
                 item = self.store.prepare(msg)
-            except (KeyError, ValueError, IndexError, TypeError) as e:
+            except RejectedFragment as e:
                 self.reject_fragment(msg, str(e))
                 continue
             while not self.store.can_insert(item):  # full, or the learner is behind
@@ -89,7 +90,7 @@ class ReplayRole(Role):
                 self.blocked_s += time.monotonic() - t0
             try:
                 self.store.insert(item)
-            except ValueError as e:  # columns that do not match what is stored
+            except RejectedFragment as e:  # columns that do not match what is stored
                 self.reject_fragment(msg, str(e))
                 continue
             self.inserts += 1

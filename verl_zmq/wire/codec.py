@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import msgpack
@@ -36,7 +37,7 @@ from .schema import _HAS_ARRAYS, _SCHEMAS, _check_fields, _v_float, _v_int, _v_s
 _PLAIN = (int, float, str, bool)
 
 
-def _to_plain(v):
+def _to_plain(v: Any) -> Any:
     if dataclasses.is_dataclass(v):
         return {f.name: _to_plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
     if isinstance(v, list):
@@ -46,7 +47,7 @@ def _to_plain(v):
     return v
 
 
-def encode(msg: Message, t: float | None = None) -> list:
+def encode(msg: Message, t: float | None = None) -> list[Any]:
     """Turn a message into frames for `send_multipart(frames, copy=False)`.
 
     Arrays above INLINE_MAX are handed over as their own frame without a copy;
@@ -57,15 +58,14 @@ def encode(msg: Message, t: float | None = None) -> list:
     for name in _SCHEMAS[kind]:
         v = getattr(msg, name)
         fields[name] = v if type(v) in _PLAIN else _to_plain(v)
-    frames: list = [b""]
-    specs: list = []
-    packed = None
+    frames: list[Any] = [b""]
+    specs: list[Any] = []
+    packed: list[Any] | None = None
     if _HAS_ARRAYS[kind]:
-        arrays = msg.arrays
+        arrays = msg.arrays  # type: ignore[attr-defined]  # the kinds _HAS_ARRAYS names
         if type(arrays) is LazyArrays:  # forwarding: reuse the received buffers
-            packed = arrays.packed
-            if packed is not None:
-                packed = [packed[0], len(frames)]
+            if arrays.packed is not None:
+                packed = [arrays.packed[0], len(frames)]
                 frames.append(arrays.packed[1])
             for name, (dt, shape, buf) in arrays.unpacked():
                 if len(buf) <= INLINE_MAX:
@@ -92,7 +92,7 @@ def encode(msg: Message, t: float | None = None) -> list:
     return frames
 
 
-def _per_array(items, frames: list, specs: list) -> None:
+def _per_array(items: Iterable[tuple[str, Any]], frames: list[Any], specs: list[Any]) -> None:
     """Each array described on its own: inline bytes when small, else a frame."""
     for name, arr in items:
         if type(arr) is not np.ndarray:
@@ -113,16 +113,20 @@ def _per_array(items, frames: list, specs: list) -> None:
 # ...]) that repeats message after message, so both ends look it up instead of
 # handling each array. Large arrays still travel as frames of their own.
 _PACK_KINDS = frozenset({Kind.FRAGMENT, Kind.BATCH})
-_ENC_LAYOUTS: dict[tuple, tuple[bytes, tuple, tuple, bool] | None] = {}
+EncLayout = tuple[bytes, tuple[int, ...], tuple[bool, ...], bool]
+_ENC_LAYOUTS: dict[tuple[Any, ...], EncLayout | None] = {}
 _ZEROS = b"\0" * ALIGN
 _COPY_MAX = 8192
 
 
-def _enc_layout(key: tuple):
+def _enc_layout(key: tuple[Any, ...]) -> EncLayout | None:
     """(layout bytes, padding after each array, which travel as frames, whether there
     is neither padding nor a large array), or None when the arrays are not plain
     little-endian allowed dtypes (the per-array path fixes them) or none is small."""
-    entries, pads, big, off = [], [], [], 0
+    entries: list[list[Any]] = []
+    pads: list[int] = []
+    big: list[bool] = []
+    off = 0
     for name, dtype, shape in key:
         if dtype.str not in _DTYPES or type(name) is not str:
             return None
@@ -137,11 +141,11 @@ def _enc_layout(key: tuple):
         off += pads[-1]
     if not entries:
         return None
-    return (msgpack.packb(entries, use_bin_type=True), tuple(pads), tuple(big),
+    return (bytes(msgpack.packb(entries, use_bin_type=True)), tuple(pads), tuple(big),
             not any(pads) and not any(big))
 
 
-def _pack(arrays, frames: list, specs: list) -> list | None:
+def _pack(arrays: Any, frames: list[Any], specs: list[Any]) -> list[Any] | None:
     """The packed form of `arrays` into `frames`/`specs`; None when it does not apply."""
     try:
         key = tuple([(name, a.dtype, a.shape) for name, a in arrays.items()])
@@ -164,8 +168,8 @@ def _pack(arrays, frames: list, specs: list) -> list | None:
             return [layout, len(frames) - 1]
         except (BufferError, ValueError, TypeError):  # a strided array: the long way
             pass
-    parts: list = []
-    large = []
+    parts: list[Any] = []
+    large: list[tuple[str, Any]] = []
     for (name, a), pad, b in zip(arrays.items(), pads, big):
         if b:
             large.append((name, a))
@@ -184,7 +188,7 @@ def _pack(arrays, frames: list, specs: list) -> list | None:
     return [layout, ref]
 
 
-def _buffer(frame) -> memoryview:
+def _buffer(frame: Any) -> memoryview:
     if type(frame) is bytes:
         return memoryview(frame)
     buf = getattr(frame, "buffer", None)  # zmq.Frame received with copy=False
@@ -197,7 +201,7 @@ def _buffer(frame) -> memoryview:
     return mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv
 
 
-def decode(frames) -> Message:
+def decode(frames: Any) -> Message:
     """Check and turn frames into a message; raise WireError for anything malformed."""
     try:
         return _decode(frames)
@@ -211,12 +215,13 @@ _SEQUENCES = (list, tuple)
 _HEADER_KEYS = frozenset({"v", "k", "src", "seq", "t", "f", "a", "p"})
 
 
-def _decode(frames) -> Message:  # noqa: C901 - a linear list of checks
+def _decode(frames: Any) -> Message:  # noqa: C901 - a linear list of checks
     if not isinstance(frames, _SEQUENCES) or not frames:
         raise WireError("expected a non-empty list of frames")
     if len(frames) > MAX_ARRAYS + 1:
         raise WireError(f"too many frames: {len(frames)}")
-    bufs, total = [], 0
+    bufs: list[memoryview] = []
+    total = 0
     for f in frames:
         b = _buffer(f)
         total += b.nbytes
@@ -267,10 +272,11 @@ def _decode(frames) -> Message:  # noqa: C901 - a linear list of checks
     return cls(**kwargs)
 
 
-_SPECS: dict[tuple, tuple[np.dtype, tuple, int]] = {}  # validated descriptions, bounded
+Spec = tuple[np.dtype[Any], tuple[int, ...], int]
+_SPECS: dict[tuple[Any, ...], Spec] = {}  # validated descriptions, bounded
 
 
-def _check_spec(name, dt, shape, where: str) -> tuple[np.dtype, tuple, int]:
+def _check_spec(name: Any, dt: Any, shape: Any, where: str) -> Spec:
     """Validate one array description; (dtype, shape tuple, byte count)."""
     if type(name) is not str or len(name) > MAX_STR:
         raise WireError(f"{where}: bad array name")
@@ -287,10 +293,11 @@ def _check_spec(name, dt, shape, where: str) -> tuple[np.dtype, tuple, int]:
     return dtype, tuple(shape), count * dtype.itemsize
 
 
-_DEC_LAYOUTS: dict[bytes, tuple[dict, int]] = {}  # validated packed layouts, bounded
+Index = dict[str, tuple[np.dtype[Any], tuple[int, ...], int, int]]
+_DEC_LAYOUTS: dict[bytes, tuple[Index, int]] = {}  # validated packed layouts, bounded
 
 
-def _dec_layout(layout, where: str) -> tuple[dict, int]:
+def _dec_layout(layout: Any, where: str) -> tuple[Index, int]:
     """Validate a packed layout: {name: (dtype, shape, offset, nbytes)}, total size."""
     if type(layout) is not bytes:
         raise WireError(f"{where}: bad packed layout")
@@ -304,15 +311,15 @@ def _dec_layout(layout, where: str) -> tuple[dict, int]:
         raise WireError(f"{where}: packed layout is not msgpack: {type(e).__name__}") from None
     if type(entries) is not list or not entries or len(entries) > MAX_ARRAYS:
         raise WireError(f"{where}: bad packed layout")
-    index: dict[str, tuple] = {}
+    index: Index = {}
     off = 0
-    for e in entries:
-        if type(e) is not list or len(e) != 3 or type(e[2]) is not list:
+    for entry in entries:
+        if type(entry) is not list or len(entry) != 3 or type(entry[2]) is not list:
             raise WireError(f"{where}: bad packed array description")
-        dtype, shape, n = _check_spec(e[0], e[1], e[2], where)
-        if e[0] in index:
-            raise WireError(f"{where}: array {e[0][:40]!r} twice")
-        index[e[0]] = (dtype, shape, off, n)
+        dtype, shape, n = _check_spec(entry[0], entry[1], entry[2], where)
+        if entry[0] in index:
+            raise WireError(f"{where}: array {entry[0][:40]!r} twice")
+        index[entry[0]] = (dtype, shape, off, n)
         off += n + (-n % ALIGN)
     hit = (index, off)
     if len(layout) <= 64 * 1024 and len(_DEC_LAYOUTS) < 4096:
@@ -320,7 +327,8 @@ def _dec_layout(layout, where: str) -> tuple[dict, int]:
     return hit
 
 
-def _decode_packed(packed, bufs: list, where: str, used: set) -> tuple[tuple, dict]:
+def _decode_packed(packed: Any, bufs: list[memoryview], where: str,
+                   used: set[int]) -> tuple[tuple[bytes, memoryview], Index]:
     """((layout, buffer), index) of the packed arrays: checked, nothing built."""
     if type(packed) is not list or len(packed) != 2:
         raise WireError(f"{where}: bad packed arrays")
@@ -335,10 +343,12 @@ def _decode_packed(packed, bufs: list, where: str, used: set) -> tuple[tuple, di
     return (packed[0], blob), index
 
 
-def _decode_arrays(specs: list, packed, bufs: list, where: str) -> LazyArrays:
-    arrays: dict[str, tuple] = {}
-    used: set = set()
-    keep, index = None, {}
+def _decode_arrays(specs: list[Any], packed: Any, bufs: list[memoryview],
+                   where: str) -> LazyArrays:
+    arrays: dict[str, tuple[Any, ...]] = {}
+    used: set[int] = set()
+    keep: tuple[bytes, memoryview] | None = None
+    index: Index = {}
     if packed is not None:
         keep, index = _decode_packed(packed, bufs, where, used)
     for spec in specs:
@@ -362,6 +372,7 @@ def _decode_arrays(specs: list, packed, bufs: list, where: str) -> LazyArrays:
         dtype, shp, nbytes = hit
         if name in arrays or name in index:
             raise WireError(f"{where}: array {name[:40]!r} twice")
+        buf: bytes | memoryview
         if type(data) is bytes:
             buf = data
         elif type(data) is int and 1 <= data < len(bufs) and data not in used:

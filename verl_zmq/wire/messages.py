@@ -4,7 +4,7 @@ the lazy array mapping decoded messages carry."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import ItemsView, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -23,11 +23,12 @@ ALLOWED_DTYPES = frozenset(
     ["|b1", "|u1", "|i1", "<u2", "<i2", "<u4", "<i4", "<u8", "<i8", "<f2", "<f4", "<f8"]
 )
 
-Arrays = dict  # name -> np.ndarray; a dedicated alias so the codec knows the field
+# name -> array: a dict when made here, LazyArrays when decoded
+Arrays = Mapping[str, np.ndarray]
 _DTYPES = {s: np.dtype(s) for s in ALLOWED_DTYPES}
 
 
-class LazyArrays(Mapping):
+class LazyArrays(Mapping[str, np.ndarray]):
     """Decoded arrays, checked at decode but built on first access (np.frombuffer,
     no copy). A shard that only forwards a fragment never builds them at all.
     Arrays described one by one are in `specs` (name -> dtype, shape, buffer);
@@ -36,16 +37,17 @@ class LazyArrays(Mapping):
 
     __slots__ = ("_specs", "_built", "packed", "_index")
 
-    def __init__(self, specs: dict[str, tuple[np.dtype, tuple, Any]],
-                 packed: tuple[bytes, Any] | None = None, index: dict | None = None):
+    def __init__(self, specs: dict[str, tuple[Any, ...]],
+                 packed: tuple[bytes, Any] | None = None,
+                 index: dict[str, tuple[np.dtype[Any], tuple[int, ...], int, int]] | None = None):
         self._specs = specs
         self._built: dict[str, np.ndarray] = {}
         self.packed = packed
-        self._index: dict[str, tuple[np.dtype, tuple, int, int]] = index or {}
+        self._index: dict[str, tuple[np.dtype[Any], tuple[int, ...], int, int]] = index or {}
 
-    def _spec(self, name: str) -> tuple[np.dtype, tuple, Any]:
+    def _spec(self, name: str) -> tuple[Any, ...]:
         e = self._index.get(name)
-        if e is None:
+        if e is None or self.packed is None:
             return self._specs[name]
         dtype, shape, off, n = e
         return dtype, shape, self.packed[1][off:off + n]
@@ -59,17 +61,17 @@ class LazyArrays(Mapping):
             self._built[name] = arr
         return arr
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         yield from self._index
         yield from self._specs
 
     def __len__(self) -> int:
         return len(self._index) + len(self._specs)
 
-    def __contains__(self, name) -> bool:
+    def __contains__(self, name: object) -> bool:
         return name in self._index or name in self._specs
 
-    def unpacked(self):
+    def unpacked(self) -> ItemsView[str, tuple[Any, ...]]:
         """(name, (dtype, shape, buffer)) of the arrays that did not arrive packed
         (those travel as they came): for re-encoding, nothing built."""
         return self._specs.items()

@@ -192,7 +192,7 @@ def test_loss_aggregation_step_and_fragment_mean():
     per_step = torch.tensor([1.0, 2.0, 3.0, 10.0])
     column = torch.tensor([0, 0, 0, 1])
     assert float(per_step.mean()) == 4.0
-    assert float(fragment_mean(per_step, column)) == 6.0  # (mean(1, 2, 3) + 10) / 2
+    assert float(fragment_mean(per_step, {"column": column})) == 6.0  # (mean(1, 2, 3) + 10) / 2
 
 
 def test_dynamic_sampling_finds_fragments_without_signal():

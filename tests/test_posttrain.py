@@ -69,7 +69,7 @@ def test_token_mean_and_seq_mean_token_sum():
     per_step = torch.tensor([1.0, 2.0, 3.0, 10.0])
     seq = torch.tensor([0, 0, 0, 1])
     assert float(per_step.mean()) == pytest.approx(4.0)
-    assert float(seq_mean_token_sum(per_step, seq)) == pytest.approx((6.0 + 10.0) / 2)
+    assert float(seq_mean_token_sum(per_step, {"seq": seq})) == pytest.approx((6.0 + 10.0) / 2)
 
 
 def test_kl_estimators():

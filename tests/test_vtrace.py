@@ -80,6 +80,7 @@ def test_importance_weights_are_truncated():
 
 
 def test_ppo_with_vtrace_on_fresh_data_equals_ppo():
+    from verl_zmq.algos.core import AdvantageInput, vtrace_advantages
     from verl_zmq.algos.ppo import PPO
     from verl_zmq.config import load_job
     from verl_zmq.envs import EnvSpec
@@ -91,7 +92,9 @@ def test_ppo_with_vtrace_on_fresh_data_equals_ppo():
     # record what the sampler would have: this network's log-probabilities and values
     logp, value, boot = algo._now(batch)
     batch.update(logp=logp, value=value, bootstrap_value=boot)
-    adv, ret, _ = algo.advantages(batch)
+    est = vtrace_advantages(AdvantageInput(batch, algo.params, lambda: (logp, value, boot),
+                                           np.zeros((16, 4), int), np.zeros((4, 1), int)))
+    adv, ret = est.adv, est.ret
     g_adv, g_ret = compute_gae(batch["reward"], value, batch["terminated"], batch["truncated"],
                                batch["valid"], boot, 0.99, job.algorithm.params.gae_lambda)
     np.testing.assert_allclose(adv, g_adv, rtol=1e-4, atol=1e-5)

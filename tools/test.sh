@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (tools/setup.sh), lint, and run the whole test suite.
+# Set up (tools/setup.sh), lint, type-check, and run the whole test suite.
+# Arguments go to pytest: `bash tools/test.sh -m "not e2e"` is the fast lane.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -11,4 +12,5 @@ if ! command -v sshd >/dev/null && [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ]
 fi
 . .venv/bin/activate
 ruff check .
+mypy  # strict on the joints ([tool.mypy] in pyproject.toml)
 python -m pytest -q -rs --durations=15 "$@"

@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from .algos.exploration import ActionNoise, apex_priorities, epsilon, epsilon_greedy
 from .envs import EnvSpec
+from .policy.actor import Actor
 from .policy_init import initial_policy_arrays
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # as SAC's SquashedGaussian
-_ACT = {"tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0)}
+_ACT: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0)}
 
 
 def mlp(arrays: dict[str, np.ndarray], prefix: str, x: np.ndarray, activation: str) -> np.ndarray:
@@ -51,8 +55,7 @@ def gaussian_logp(a: np.ndarray, mu: np.ndarray, log_std: np.ndarray) -> np.ndar
 
 
 class NumpyActor:
-    """What a sampler needs of an algorithm (`act`, `env_action`, `extras`,
-    `load_policy_arrays`, `finish_fragment`), for one built-in algorithm."""
+    """A built-in algorithm's `Actor` (policy/actor.py) in numpy."""
 
     def __init__(self, job, spec: EnvSpec, worker: tuple[int, int] = (0, 1),
                  acting_seed: int | None = None):
@@ -162,8 +165,8 @@ def numpy_acting(job) -> bool:
     return how == "numpy" or (how == "auto" and bool(job.traits.numpy_actor))
 
 
-def make_actor(job, spec: EnvSpec, worker: tuple[int, int], seeds: tuple[int, int],
-               threads: int | None = None):
+def make_actor(job: Any, spec: EnvSpec, worker: tuple[int, int], seeds: tuple[int, int],
+               threads: int | None = None) -> Actor:
     """A sampler's (or the evaluator's) policy copy: numpy for the built-in MLPs
     when the job allows it, else the torch algorithm on `threads` threads (the
     sampler's by default), its initial weights from the job seed as the learner's."""

@@ -10,8 +10,8 @@ sampler marks that step invalid.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -68,10 +68,18 @@ def resolve_id(env_id: str) -> str:
     return reg_id
 
 
+class StepReward(Protocol):
+    """`environment.reward_fn` (a `module:function`): the reward of one step from
+    the observation before it, the action, the env's own reward and the
+    observation after it."""
+
+    def __call__(self, obs: Any, action: Any, reward: float, next_obs: Any) -> float: ...
+
+
 class RewardFn(gym.Wrapper):
     """Replaces the reward with `fn(obs, action, reward, next_obs)`."""
 
-    def __init__(self, env: gym.Env, fn: Callable):
+    def __init__(self, env: gym.Env, fn: StepReward):
         super().__init__(env)
         self.fn = fn
         self._obs = None

@@ -8,6 +8,7 @@ from torch import nn
 
 from .config import Policy
 from .envs import EnvSpec
+from .policy.net import PolicyNet
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
@@ -34,7 +35,7 @@ def obs_dim(spec: EnvSpec) -> int:
     return int(np.prod(spec.obs_shape))
 
 
-class ActorCritic(nn.Module):
+class ActorCritic(PolicyNet):
     """Separate policy and value MLPs; categorical or diagonal-Gaussian policy."""
 
     def __init__(self, spec: EnvSpec, policy: Policy):
@@ -60,19 +61,9 @@ class ActorCritic(nn.Module):
               acting: bool = False) -> torch.Tensor:
         return self.v(obs.flatten(1)).squeeze(-1)
 
-    def log_prob(self, d: torch.distributions.Distribution, a: torch.Tensor) -> torch.Tensor:
-        lp = d.log_prob(a)
-        return lp if self.discrete else lp.sum(-1)
-
-    def entropy(self, d: torch.distributions.Distribution) -> torch.Tensor:
-        e = d.entropy()
-        return e if self.discrete else e.sum(-1)
-
-    def mode(self, d: torch.distributions.Distribution) -> torch.Tensor:
-        return d.probs.argmax(-1) if self.discrete else d.mean
 
 
-def actor_critic(spec: EnvSpec, policy: Policy) -> nn.Module:
+def actor_critic(spec: EnvSpec, policy: Policy) -> PolicyNet:
     """The policy-gradient network for `policy.kind` and `policy.encoder`: MLPs, a
     causal transformer over token observations (`seq/model.py`), or a
     convolutional encoder over images (`pixels/cnn.py`)."""

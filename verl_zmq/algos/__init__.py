@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
 from .traits import TRAITS
 
+if TYPE_CHECKING:  # torch is imported with the algorithm asked for, not before
+    from ..config import Job
+    from ..envs import EnvSpec
+    from .base import Algorithm
 
-def algorithm_class(name: str):
+
+def algorithm_class(name: str) -> type[Algorithm]:
     if name not in TRAITS:
         raise KeyError(f"algorithm.name: unknown algorithm {name!r}")
     try:
         mod = importlib.import_module(f"verl_zmq.algos.{name}")
     except ImportError as e:
         raise KeyError(f"algorithm.name: {name!r} is not available in this build ({e})") from None
-    return mod.ALGORITHM
+    cls: type[Algorithm] = mod.ALGORITHM
+    return cls
 
 
-def make_algorithm(job, spec, device: str = "cpu", **kw):
+def make_algorithm(job: Job, spec: EnvSpec, device: str = "cpu", **kw: Any) -> Algorithm:
     """Build the job's algorithm for an env (keywords: `worker`, `obs_transform`, as
     `Algorithm` takes them); ValueError when the policy does not fit it."""
     return algorithm_class(job.algorithm.name)(job, spec, device, **kw)

@@ -24,9 +24,9 @@ What roles may know of an algorithm without building one is in `traits.py`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -35,20 +35,23 @@ from ..config import Job
 from ..envs import EnvSpec
 from .traits import Traits, fit_problem
 
+if TYPE_CHECKING:
+    from ..demos import BCTerm
+
 ObsTransform = Callable[[np.ndarray], np.ndarray]
 # (parameters whose .grad to average, or None to open an update; scalars) -> the
 # scalars averaged alike: a gossip peer's gradient rounds (learning/grad_mix.py)
-GradReduce = Callable[[list[torch.Tensor] | None, dict[str, float]], dict[str, float]]
+GradReduce = Callable[[Sequence[torch.Tensor] | None, dict[str, float]], dict[str, float]]
 
 
-def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
     """`torch.nn.utils.clip_grad_norm_` without its per-call wrappers (a third of a
     small network's optimiser step on CPU): the global norm from one foreach
     call, the gradients scaled in place when it exceeds `max_norm`."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return torch.zeros(())
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    norm: torch.Tensor = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
     return norm
 
@@ -59,7 +62,7 @@ def scheduled(value: float, kind: str, fraction: float) -> float:
     return value * max(0.0, 1.0 - fraction) if kind == "linear" else value
 
 
-def adam(params, lr: float, **kw) -> torch.optim.Adam:
+def adam(params: Iterable[torch.Tensor], lr: float, **kw: Any) -> torch.optim.Adam:
     """Adam stepping all tensors in one foreach call, not a Python loop over them
     (the default on CPU): about a tenth of a small network's update."""
     return torch.optim.Adam(params, lr=lr, foreach=True, **kw)
@@ -110,7 +113,7 @@ class Algorithm(ABC):
         # sampler passes its own seed, so samplers do not explore in lock-step
         self.rng = np.random.default_rng(job.experiment.seed if acting_seed is None
                                          else acting_seed)
-        self._bc = None
+        self._bc: BCTerm | None = None
         self.reduce_grads = reduce_grads
 
     def init_policy(self) -> None:
@@ -136,14 +139,14 @@ class Algorithm(ABC):
 
             self.load_policy_arrays(initial_policy_arrays(self.job, self.spec))
 
-    def autocast(self):
+    def autocast(self) -> torch.autocast:
         """The forward passes and losses of an update under `training.amp`: "bf16"
         autocasts them to bfloat16 (on a GPU, or the CPU); backward passes and
         optimiser steps stay outside, in float32."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16,
                               enabled=self.job.training.amp == "bf16")
 
-    def to_device(self, x) -> torch.Tensor:
+    def to_device(self, x: Any) -> torch.Tensor:
         """A batch column on the learner's device, moved once per update: to a GPU
         through pinned host memory and an asynchronous copy."""
         t = torch.as_tensor(np.asarray(x))
@@ -153,7 +156,8 @@ class Algorithm(ABC):
 
     @property
     def traits(self) -> Traits:
-        return self.job.traits
+        t: Traits = self.job.traits
+        return t
 
     @property
     def on_policy(self) -> bool:
@@ -163,7 +167,7 @@ class Algorithm(ABC):
     def extras(self) -> tuple[str, ...]:
         return self.traits.extras
 
-    def fragment_filter(self) -> Callable[[dict[str, np.ndarray]], bool] | None:
+    def fragment_filter(self) -> Callable[[Mapping[str, np.ndarray]], bool] | None:
         """A predicate on fragments: False drops one before an update. None: keep all."""
         return None
 
@@ -201,7 +205,7 @@ class Algorithm(ABC):
         return {}
 
     @abstractmethod
-    def learn(self, batch: dict[str, np.ndarray], at: Progress = START) -> Learned:
+    def learn(self, batch: Mapping[str, np.ndarray], at: Progress = START) -> Learned:
         """One update from a batch at a point of training."""
 
     def export_head(self) -> tuple[torch.nn.Module, str]:
@@ -232,17 +236,20 @@ class Algorithm(ABC):
             for k, v in own.items():
                 v.copy_(torch.from_numpy(np.array(arrays[k], dtype=np.float32)))
 
-    def state_dict(self) -> dict:
-        out: dict = {"updates": self.updates}
+    def state_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"updates": self.updates}
         for name in self.state_attrs:
             obj = getattr(self, name)
-            out[name] = obj.detach().clone() if torch.is_tensor(obj) else obj.state_dict()
+            if obj is not None:  # an optional part (a reference policy) this job has not
+                out[name] = obj.detach().clone() if torch.is_tensor(obj) else obj.state_dict()
         return out
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.updates = int(state.get("updates", 0))
         for name in self.state_attrs:
             obj = getattr(self, name)
+            if obj is None:
+                continue
             if torch.is_tensor(obj):
                 with torch.no_grad():
                     obj.copy_(state[name])

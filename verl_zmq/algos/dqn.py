@@ -10,11 +10,16 @@ or Ape-X's per-sampler constants eps_i = eps^(1 + alpha * i / (N - 1)).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import Job, Policy
+from ..envs import EnvSpec
 from ..nets import mlp, obs_dim
 from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
 from .exploration import apex_priorities, epsilon, epsilon_greedy
@@ -25,7 +30,7 @@ class QNet(nn.Module):
     `policy.encoder` (image observations) a convolutional encoder comes first and
     the MLP takes its features."""
 
-    def __init__(self, spec, policy):
+    def __init__(self, spec: EnvSpec, policy: Policy):
         super().__init__()
         self.dueling = policy.dueling
         n = obs_dim(spec)
@@ -46,17 +51,20 @@ class QNet(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.enc(obs) if self.enc is not None else obs.flatten(1)
         if not self.dueling:
-            return self.q(x)
+            q: torch.Tensor = self.q(x)
+            return q
         h = self.act(self.trunk(x))
         a = self.adv(h)
-        return self.value(h) + a - a.mean(-1, keepdim=True)
+        out: torch.Tensor = self.value(h) + a - a.mean(-1, keepdim=True)
+        return out
 
 
 def double_dqn_target(q_next_online: torch.Tensor, q_next_target: torch.Tensor,
                       reward: torch.Tensor, discount: torch.Tensor) -> torch.Tensor:
     """r + discount * Q_target(s', argmax_a Q_online(s', a)); discount holds gamma^n or 0."""
     best = q_next_online.argmax(-1, keepdim=True)
-    return reward + discount * q_next_target.gather(-1, best).squeeze(-1)
+    out: torch.Tensor = reward + discount * q_next_target.gather(-1, best).squeeze(-1)
+    return out
 
 
 class DQN(Algorithm):
@@ -65,7 +73,7 @@ class DQN(Algorithm):
     name = "dqn"
     state_attrs = ("q", "target", "opt")
 
-    def __init__(self, job, spec, device: str = "cpu", **kw):
+    def __init__(self, job: Job, spec: EnvSpec, device: str = "cpu", **kw: Any):
         super().__init__(job, spec, device, **kw)
         self.q = QNet(spec, job.algorithm.policy).to(self.device)
         self.init_policy()
@@ -75,23 +83,24 @@ class DQN(Algorithm):
     def policy_module(self) -> torch.nn.Module:
         return self.q
 
-    def export_head(self):
+    def export_head(self) -> tuple[torch.nn.Module, str]:
         return self.q, "argmax"
 
     def epsilon(self, env_steps: int = 0) -> float:
         return epsilon(self.params, self.worker_index, self.num_workers, env_steps)
 
-    def act(self, obs, deterministic=False, env_steps=0):
+    def act(self, obs: np.ndarray, deterministic: bool = False,
+            env_steps: int = 0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.no_grad():
             q = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
         return epsilon_greedy(q.cpu().numpy(), self.epsilon(env_steps),
                               None if deterministic else self.rng)
 
-    def finish_fragment(self, arrays):
+    def finish_fragment(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Ape-X initial priorities from the Q-values recorded while acting."""
         return {"priority": apex_priorities(arrays, self.params.gamma, self.params.n_step)}
 
-    def learn(self, batch, at: Progress = START):
+    def learn(self, batch: Mapping[str, np.ndarray], at: Progress = START) -> Learned:
         p = self.params
         lr = scheduled(p.learning_rate, p.lr_schedule, at.fraction)
         for g in self.opt.param_groups:
@@ -108,8 +117,8 @@ class DQN(Algorithm):
             td = q - target
             loss = (t["weight"].float() * F.smooth_l1_loss(q, target, reduction="none")).mean()
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        params = list(self.q.parameters())
+        loss.backward()  # type: ignore[no-untyped-call]
+        params: list[torch.Tensor] = list(self.q.parameters())
         if self.reduce_grads is not None:  # data-parallel ranks: the group's gradient
             self.reduce_grads(params, {})
         gn = clip_grad_norm(params, p.max_grad_norm)

@@ -3,20 +3,22 @@ samplers' numpy actors share (numpy only)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..replay.transitions import after, windows
 
 
-def epsilon(params, worker_index: int, num_workers: int, env_steps: int) -> float:
+def epsilon(params: Any, worker_index: int, num_workers: int, env_steps: int) -> float:
     """DQN's epsilon: Ape-X's per-sampler constant eps^(1 + alpha i / (n - 1)), or
     annealed linearly from eps_start to eps_end over eps_decay_steps env steps."""
     p = params
     if p.exploration == "apex":
         i, n = worker_index, num_workers
-        return p.apex_eps ** (1 + p.apex_alpha * i / (n - 1)) if n > 1 else p.apex_eps
+        return float(p.apex_eps ** (1 + p.apex_alpha * i / (n - 1)) if n > 1 else p.apex_eps)
     frac = min(1.0, env_steps / max(1, p.eps_decay_steps))
-    return p.eps_start + frac * (p.eps_end - p.eps_start)
+    return float(p.eps_start + frac * (p.eps_end - p.eps_start))
 
 
 def apex_priorities(arrays: dict[str, np.ndarray], gamma: float, n_step: int) -> np.ndarray:
@@ -61,12 +63,13 @@ class ActionNoise:
 
     def __call__(self, shape: tuple[int, ...]) -> np.ndarray:
         if self.beta == 0:
-            return self.rng.standard_normal(shape)
+            return np.asarray(self.rng.standard_normal(shape))
         if self.block is None or self.block.shape[1:] != shape or self.t == self.horizon:
             self.block = colored_gaussian(self.beta, self.horizon, shape, self.rng)
             self.t = 0
         self.t += 1
-        return self.block[self.t - 1]
+        out: np.ndarray = self.block[self.t - 1]
+        return out
 
     def warmup(self, shape: tuple[int, ...]) -> np.ndarray:
         """Actions in [-1, 1] before learning starts: uniform for white noise; for
@@ -74,8 +77,8 @@ class ActionNoise:
         so the warm-up already travels. (MountainCarContinuous from rest: uniform
         steps reached the goal in 0 of 40 episodes, tanh of pink noise in 24.)"""
         if self.beta == 0:
-            return self.rng.uniform(-1, 1, shape).astype(np.float32)
-        return np.tanh(self(shape)).astype(np.float32)
+            return np.asarray(self.rng.uniform(-1, 1, shape), np.float32)
+        return np.asarray(np.tanh(self(shape)), np.float32)
 
 
 def colored_gaussian(beta: float, n: int, shape: tuple[int, ...],

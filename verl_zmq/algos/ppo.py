@@ -11,6 +11,9 @@ Gaussian) actions.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -18,61 +21,67 @@ import torch
 from ..batch import bootstrap, episodes
 from ..config.sections import ceil_div
 from ..nets import actor_critic
+from ..policy.net import PolicyNet
 from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
-from .reference import kl_estimate
-from .vtrace import vtrace
+from .core import (
+    ADVANTAGE_ESTIMATORS,
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    POLICY_LOSSES,
+    AdvantageInput,
+    clipped_surrogate,
+    compute_gae,
+    lookup,
+)
+
+__all__ = ["PPO", "Recipe", "clipped_surrogate", "compute_gae"]
+
+Arrays = Mapping[str, np.ndarray]
 
 
-def compute_gae(reward: np.ndarray, value: np.ndarray, terminated: np.ndarray,
-                truncated: np.ndarray, valid: np.ndarray, bootstrap_value: np.ndarray,
-                gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """GAE over [T, E] columns in NEXT_STEP autoreset layout.
+@dataclass(frozen=True)
+class Recipe:
+    """How a member of the PPO family composes its update from `core.py`'s
+    registered functions: which advantage estimator (None: "gae", or "vtrace"
+    with `params.vtrace`), whether it has a critic, whether its clip is the
+    decoupled [1 - clip_low, 1 + clip_high] or the scheduled `clip_range`, and
+    whether it learns from whole responses (sequence tasks: only responses that
+    ended in the batch and were scored, minibatches of whole responses)."""
 
-    The step after a done step is invalid (the env only reset); its recorded
-    value is V(final observation). So a truncated step bootstraps from it and a
-    terminated step does not; an invalid step gets zero advantage and cuts the
-    recursion. Returns (advantages, returns), both [T, E] float32.
-    """
-    T = reward.shape[0]
-    adv = np.zeros_like(reward, dtype=np.float32)
-    last = np.zeros(reward.shape[1], np.float32)
-    for t in reversed(range(T)):
-        next_value = value[t + 1] if t + 1 < T else bootstrap_value
-        nonterminal = 1.0 - terminated[t].astype(np.float32)
-        cont = nonterminal * (1.0 - truncated[t].astype(np.float32))
-        delta = reward[t] + gamma * next_value * nonterminal - value[t]
-        last = delta + gamma * lam * cont * last
-        last = np.where(valid[t], last, 0.0).astype(np.float32)
-        adv[t] = last
-    return adv, (adv + value).astype(np.float32)
-
-
-def clipped_surrogate(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
-                      clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-step PPO policy loss with the ratio clipped to [1 - low, 1 + high]; and the ratio."""
-    ratio = (new_logp - old_logp).exp()
-    loss = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high))
-    return loss, ratio
+    advantage: str | None = None
+    critic: bool = True
+    decoupled_clip: bool = False
+    whole_responses: bool = False
+    policy_loss: str = "clipped"
 
 
 class PPO(Algorithm):
-    """Proximal Policy Optimisation with GAE, on FIFO replay."""
+    """Proximal Policy Optimisation (Schulman et al. 2017) and its family: one
+    update composed of registered functions (`core.py`) as the class's `Recipe`
+    and the job's params name them."""
 
     name = "ppo"
-    state_attrs = ("net", "opt")
+    recipe: ClassVar[Recipe] = Recipe()
+    state_attrs = ("net", "opt", "ref")  # ref: None without a KL term
 
-    def __init__(self, job, spec, device: str = "cpu", **kw):
+    def __init__(self, job: Any, spec: Any, device: str = "cpu", **kw: Any):
         super().__init__(job, spec, device, **kw)
+        p, r = self.params, self.recipe
         self.progress = 0.0  # of the update running now: schedules read it
-        pol = job.algorithm.policy
-        self.net = actor_critic(spec, pol).to(self.device)
+        self.advantage_fn = lookup(ADVANTAGE_ESTIMATORS, r.advantage or (
+            "vtrace" if p.vtrace else "gae"), "algorithm.params.vtrace")
+        self.policy_loss_fn = lookup(POLICY_LOSSES, r.policy_loss, "algorithm.policy_loss")
+        self.aggregate = lookup(AGGREGATIONS, p.loss_agg, "algorithm.params.loss_agg")
+        self.kl_fn = lookup(KL_ESTIMATORS, p.kl_estimator, "algorithm.params.kl_estimator")
+        # sequence tasks: a sampler's env answers each prompt group_size times
+        self.group_size = int(job.environment.kwargs.get("group_size", 1))
+        self.net = actor_critic(spec, job.algorithm.policy).to(self.device)
         self.init_policy()
-        self.ref = None  # the frozen reference policy of the KL term
+        self.ref: PolicyNet | None = None  # the frozen reference policy of the KL term
         self.kl_ref = 0.0  # the last batch's mean KL of the behaviour policy to it
-        if self.params.kl_coef > 0:
+        if p.kl_coef > 0:
             self.ref = copy.deepcopy(self.net).requires_grad_(False)
-            self.state_attrs = (*self.state_attrs, "ref")
-        self.opt = adam(self.net.parameters(), self.params.learning_rate, eps=1e-5)
+        self.opt = adam(self.net.parameters(), p.learning_rate, eps=1e-5)
         if not spec.discrete:
             self.low = np.array(spec.action_low, np.float32)
             self.high = np.array(spec.action_high, np.float32)
@@ -80,20 +89,22 @@ class PPO(Algorithm):
     def policy_module(self) -> torch.nn.Module:
         return self.net
 
-    def export_head(self):
+    def export_head(self) -> tuple[torch.nn.Module, str]:
         # a convolutional net's policy head reads the encoder's features, not images
         enc = getattr(self.net, "encoder", None)
         head = torch.nn.Sequential(enc, self.net.pi) if enc is not None else self.net.pi
         return head, "argmax" if self.spec.discrete else "clip"
 
-    def act(self, obs, deterministic=False, env_steps=0):
+    def act(self, obs: np.ndarray, deterministic: bool = False,
+            env_steps: int = 0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.no_grad():
             o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
             d = self.net.dist(o, acting=True)
             a = self.net.mode(d) if deterministic else d.sample()
-            logp = self.net.log_prob(d, a)
-            v = self.net.value(o, acting=True)
-        return a.cpu().numpy(), {"logp": logp.cpu().numpy(), "value": v.cpu().numpy()}
+            extras = {"logp": self.net.log_prob(d, a).cpu().numpy()}
+            if self.recipe.critic:
+                extras["value"] = self.net.value(o, acting=True).cpu().numpy()
+        return a.cpu().numpy(), extras
 
     def env_action(self, action: np.ndarray) -> np.ndarray:
         """What the env receives: continuous actions clipped to the Box bounds."""
@@ -101,47 +112,33 @@ class PPO(Algorithm):
 
     # -- learning ---------------------------------------------------------------
 
-    def _schedule(self, value: float, kind: str) -> float:
-        return scheduled(value, kind, self.progress)
-
-    def _clip(self) -> tuple[float, float]:
-        c = self._schedule(self.params.clip_range, self.params.clip_schedule)
+    def clip(self) -> tuple[float, float]:
+        """The ratio's clip range (1 - low, 1 + high) of the update running now."""
+        p = self.params
+        if self.recipe.decoupled_clip:
+            return p.clip_low, p.clip_high
+        c = scheduled(p.clip_range, p.clip_schedule, self.progress)
         return c, c
 
-    def _now(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _now(self, batch: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The current network's log pi(a_t|x_t), V(x_t) and V(bootstrap obs)."""
         T, N = batch["reward"].shape
         with torch.no_grad():
             obs = np.asarray(batch["obs"])
-            obs = torch.as_tensor(obs.reshape(T * N, *obs.shape[2:]),
-                                  dtype=torch.float32, device=self.device)
+            obs_t = torch.as_tensor(obs.reshape(T * N, *obs.shape[2:]),
+                                    dtype=torch.float32, device=self.device)
             act = torch.as_tensor(np.asarray(batch["action"]).reshape(T * N, *np.shape(
                 batch["action"])[2:]), device=self.device)
-            logp = self.net.log_prob(self.net.dist(obs), act).reshape(T, N)
-            value = self.net.value(obs).reshape(T, N)
+            logp = self.net.log_prob(self.net.dist(obs_t), act).reshape(T, N)
+            value = self.net.value(obs_t).reshape(T, N)
             boot = self.net.value(torch.as_tensor(
                 np.asarray(batch[bootstrap("obs")]), dtype=torch.float32,
                 device=self.device))
         return logp.cpu().numpy(), value.cpu().numpy(), boot.cpu().numpy()
 
-    def advantages(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
-        """(advantages, returns, values the value loss is clipped around): GAE from the
-        values samplers recorded or, with `vtrace`, V-trace from the current network's
-        log-probabilities and values (stale fragments are corrected, not dropped)."""
-        p = self.params
-        if not p.vtrace:
-            adv, ret = compute_gae(batch["reward"], batch["value"], batch["terminated"],
-                                   batch["truncated"], batch["valid"],
-                                   batch[bootstrap("value")], p.gamma, p.gae_lambda)
-            return adv, ret, batch["value"]
-        logp, value, boot = self._now(batch)
-        adv, ret = vtrace(batch["reward"], value, batch["terminated"], batch["truncated"],
-                          batch["valid"], boot, logp - batch["logp"], p.gamma,
-                          p.gae_lambda, p.vtrace_rho_bar, p.vtrace_c_bar)
-        return adv, ret, value
-
-    def _ref_logp(self, batch: dict[str, np.ndarray], seq: np.ndarray) -> np.ndarray:
+    def _ref_logp(self, batch: Arrays, seq: np.ndarray) -> np.ndarray:
         """The reference policy's log pi_ref(a_t|x_t), [T, N] (0 where invalid)."""
+        assert self.ref is not None
         T, N = batch["reward"].shape
         mask = np.asarray(batch["valid"], bool).reshape(-1)
         out = np.zeros(T * N, np.float32)
@@ -156,15 +153,21 @@ class PPO(Algorithm):
                 out[mask] = self.ref.log_prob(self.ref.dist(o, s), a).cpu().numpy()
         return out.reshape(T, N)
 
-    def prepare(self, batch: dict[str, np.ndarray],
-                columns: dict[str, np.ndarray] | None = None) -> dict[str, torch.Tensor]:
-        """Advantages and returns, then flatten [T, N] to the valid steps as tensors
-        (with `columns`, more [T, N] columns alike). With a reference policy, its
-        log-probabilities; with `kl_in = "reward"`, the KL penalty per token."""
+    def prepare(self, batch: Arrays, columns: dict[str, np.ndarray] | None = None
+                ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """Advantages and returns, then [T, N] flattened to the steps learned from, as
+        tensors (with `columns`, more [T, N] columns alike); and the advantage
+        estimator's metrics. With a reference policy, its log-probabilities; with
+        `kl_in = "reward"`, the KL penalty per token."""
         T, N = batch["reward"].shape
-        valid = np.asarray(batch["valid"], bool)
         ordinal, how = episodes(np.asarray(batch["terminated"], bool),
-                                np.asarray(batch["truncated"], bool), valid)
+                                np.asarray(batch["truncated"], bool),
+                                np.asarray(batch["valid"], bool))
+        if self.recipe.whole_responses:  # only responses that ended and were scored
+            cols = np.broadcast_to(np.arange(N), (T, N))
+            batch = {**batch, "valid": np.asarray(batch["valid"], bool)
+                     & (how == 1)[cols, ordinal]}
+        valid = np.asarray(batch["valid"], bool)
         # each step's episode (its column's k-th): a sequence model takes one pass each
         columns = {**(columns or {}), "seq": np.arange(N) * how.shape[1] + ordinal}
         if self.ref is not None:
@@ -174,68 +177,74 @@ class PPO(Algorithm):
             if self.params.kl_in == "reward":
                 batch = {**batch, "reward": batch["reward"] - self.params.kl_coef * k1}
             columns["ref_logp"] = ref
-        adv, ret, value = self.advantages(batch)
-        mask = batch["valid"].reshape(-1).astype(bool)
+        est = self.advantage_fn(AdvantageInput(batch, self.params, lambda: self._now(batch),
+                                               ordinal, how, self.group_size))
+        mask = valid.reshape(-1)
         col = np.broadcast_to(np.arange(N), (T, N)).reshape(-1)
 
-        def flat(x):
+        def flat(x: Any) -> torch.Tensor:
             x = np.asarray(x)
             return self.to_device(x.reshape(T * N, *x.shape[2:])[mask])
 
-        return {"obs": flat(batch["obs"]).float(), "action": flat(batch["action"]),
-                "logp": flat(batch["logp"]).float(), "value": flat(value).float(),
-                "adv": flat(adv), "ret": flat(ret),
+        data = {"obs": flat(batch["obs"]).float(), "action": flat(batch["action"]),
+                "logp": flat(batch["logp"]).float(), "value": flat(est.value).float(),
+                "adv": flat(est.adv), "ret": flat(est.ret),
                 "column": self.to_device(col[mask]),
                 **{k: flat(v) for k, v in columns.items()}}
+        return data, est.stats
 
-    def kl_term(self, new_logp: torch.Tensor, mb: dict[str, torch.Tensor],
-                stats: dict) -> torch.Tensor:
+    def kl_term(self, new_logp: torch.Tensor, mb: Mapping[str, torch.Tensor],
+                stats: dict[str, Any]) -> torch.Tensor:
         """`kl_coef` x the KL to the reference (aggregated like the policy loss) when
         it is a loss term; else 0."""
         p = self.params
         if self.ref is None or p.kl_in != "loss":
             return torch.zeros((), device=self.device)
-        kl = self.aggregate(kl_estimate(new_logp, mb["ref_logp"], p.kl_estimator), mb)
+        kl = self.aggregate(self.kl_fn(new_logp, mb["ref_logp"]), mb)
         stats["losses/kl_ref"] = kl.detach()
-        return p.kl_coef * kl
+        out: torch.Tensor = p.kl_coef * kl
+        return out
 
-    def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        p = self.params
+    def loss(self, mb: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
+        p, critic = self.params, self.recipe.critic
         seq = mb.get("seq")  # each step's episode, where the minibatch says
         d = self.net.dist(mb["obs"], seq)
         new_logp = self.net.log_prob(d, mb["action"])
         adv = mb["adv"]
-        if p.normalize_advantage and adv.numel() > 1:
+        if critic and p.normalize_advantage and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        low, high = self._clip()
-        pg, ratio = clipped_surrogate(new_logp, mb["logp"], adv, low, high)
+        low, high = self.clip()
+        pg, ratio = self.policy_loss_fn(new_logp, mb["logp"], adv, low, high)
         pg_loss = self.aggregate(pg, mb)
-        v = self.net.value(mb["obs"], seq)
-        v_loss = (v - mb["ret"]) ** 2
-        if p.clip_range_vf > 0:
-            v_clip = mb["value"] + (v - mb["value"]).clamp(-p.clip_range_vf, p.clip_range_vf)
-            v_loss = torch.max(v_loss, (v_clip - mb["ret"]) ** 2)
-        v_loss = 0.5 * v_loss.mean()
+        stats: dict[str, Any] = {}
+        loss = pg_loss
+        if critic:
+            v = self.net.value(mb["obs"], seq)
+            v_loss = (v - mb["ret"]) ** 2
+            if p.clip_range_vf > 0:
+                v_clip = mb["value"] + (v - mb["value"]).clamp(-p.clip_range_vf,
+                                                               p.clip_range_vf)
+                v_loss = torch.max(v_loss, (v_clip - mb["ret"]) ** 2)
+            v_loss = 0.5 * v_loss.mean()
+            loss = loss + p.vf_coef * v_loss
+            stats["losses/value_loss"] = v_loss
         entropy = self.net.entropy(d).mean()
-        stats: dict = {}
-        loss = pg_loss + p.vf_coef * v_loss - p.ent_coef * entropy + \
-            self.kl_term(new_logp, mb, stats)
+        loss = loss - p.ent_coef * entropy + self.kl_term(new_logp, mb, stats)
         with torch.no_grad():
             log_ratio = new_logp - mb["logp"]
-            stats |= {"losses/policy_loss": pg_loss, "losses/value_loss": v_loss,
-                     "losses/entropy": entropy,
-                     "losses/approx_kl": ((ratio - 1) - log_ratio).mean(),
-                     "losses/clip_fraction":
-                         ((ratio < 1 - low) | (ratio > 1 + high)).float().mean()}
+            stats |= {"losses/policy_loss": pg_loss, "losses/entropy": entropy,
+                      "losses/approx_kl": ((ratio - 1) - log_ratio).mean(),
+                      "losses/clip_fraction":
+                          ((ratio < 1 - low) | (ratio > 1 + high)).float().mean()}
         return loss, stats
 
-    def aggregate(self, per_step: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
-        return per_step.mean()
-
-    def _minibatches(self, n: int, mbs: int) -> list[torch.Tensor]:
-        """One epoch's minibatch indices. Reducing gradients with peers, every peer
-        takes the same number (the job's batch over its minibatch size) whatever its
-        batch holds, so their rounds pair up."""
+    def _minibatches(self, n: int, mbs: int, seq: torch.Tensor) -> list[torch.Tensor]:
+        """One epoch's minibatch indices: whole responses of about `mbs` tokens each
+        (sequence tasks), else `mbs` steps each. Reducing gradients with peers, every
+        peer takes the same number (the job's batch over its minibatch size) whatever
+        its batch holds, so their rounds pair up."""
+        if self.recipe.whole_responses:
+            return response_minibatches(seq, n, mbs)
         perm = torch.randperm(n, device=self.device)
         if self.reduce_grads is not None:  # (n varies: steps after an episode's end are void)
             p = self.params
@@ -243,66 +252,90 @@ class PPO(Algorithm):
             return list(torch.tensor_split(perm, max(1, min(n, k))))
         return [perm[s:s + mbs] for s in range(0, n - mbs + 1, mbs)]
 
-    def learn(self, batch, at: Progress = START):
+    def learn(self, batch: Arrays, at: Progress = START) -> Learned:
         p = self.params
         fraction = at.fraction
         if self.reduce_grads is not None:  # the group's progress: one schedule for all
             fraction = self.reduce_grads(None, {"fraction": fraction})["fraction"]
         self.progress = fraction
         for g in self.opt.param_groups:
-            g["lr"] = self._schedule(p.learning_rate, p.lr_schedule)
-        data = self.prepare(batch)
+            g["lr"] = scheduled(p.learning_rate, p.lr_schedule, self.progress)
+        data, estimated = self.prepare(batch)
         n = data["obs"].shape[0]
-        mbs = max(1, min(p.minibatch_size, n))
-        sums: dict[str, torch.Tensor | float] = {}
+        sums, count = self._epochs(data, at, max(1, min(p.minibatch_size, n)))
+        self.updates += 1
+        out = {k: float(v) / max(count, 1) for k, v in sums.items()}
+        if self.recipe.critic:
+            y, pred = data["ret"], data["value"]
+            var = float(y.var()) if y.numel() > 1 else 0.0
+            out["losses/explained_variance"] = (1 - float((y - pred).var()) / var
+                                                if var > 0 else 0.0)
+            # the critic's spread against its targets': about 0 when it answers one constant
+            out["losses/value_spread"] = float(pred.std()) / var ** 0.5 if var > 0 else 1.0
+        out["charts/learning_rate"] = self.opt.param_groups[0]["lr"]
+        out["charts/clip_range"] = self.clip()[1]
+        out["charts/batch_steps"] = float(n)
+        if self.ref is not None:
+            out["charts/kl_ref"] = self.kl_ref
+        out.update(estimated)
+        return Learned(out)
+
+    def _epochs(self, data: dict[str, torch.Tensor], at: Progress,
+                mbs: int) -> tuple[dict[str, Any], int]:
+        """`n_epochs` passes of minibatch steps (fewer when `target_kl` stops them):
+        each step's statistics summed as tensors (read once, after), and the count."""
+        p = self.params
+        n = data["obs"].shape[0]
+        sums: dict[str, Any] = {}
         count = 0
-        stop = False
         params = list(self.net.parameters())
         for _ in range(p.n_epochs):
-            for idx in self._minibatches(n, mbs):
+            for idx in self._minibatches(n, mbs, data["seq"]):
                 mb = {k: v[idx] for k, v in data.items()}
                 with self.autocast():
                     loss, stats = self.loss(mb)
-                    bc = self.bc_batch(at.env_steps)
-                    if bc is not None:  # behaviour cloning: -log pi(a_demo | s_demo)
-                        w, obs, act = bc
-                        d = self.net.dist(obs)
-                        bc_loss = -self.net.log_prob(d, act if self.spec.discrete
-                                                     else act.float()).mean()
-                        loss = loss + w * bc_loss
-                        stats["losses/bc_loss"] = bc_loss.detach()
-                        stats["charts/bc_weight"] = w
+                    loss = loss + self._bc_term(at, stats)
                 self.opt.zero_grad(set_to_none=True)
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
                 if self.reduce_grads is not None:  # the group's gradient, and its KL
                     kl = float(stats["losses/approx_kl"])
                     stats["losses/approx_kl"] = self.reduce_grads(
                         params, {"approx_kl": kl})["approx_kl"]
-                gn = clip_grad_norm(params, p.max_grad_norm)
+                stats["losses/grad_norm"] = clip_grad_norm(params, p.max_grad_norm)
                 self.opt.step()
-                stats["losses/grad_norm"] = gn
                 for k, v in stats.items():  # tensors summed: one float each after the update
                     v = v.detach() if torch.is_tensor(v) else v
                     sums[k] = sums[k] + v if k in sums else v
                 count += 1
                 if p.target_kl and float(stats["losses/approx_kl"]) > 1.5 * p.target_kl:
-                    stop = True
-                    break
-            if stop:
-                break
-        self.updates += 1
-        out = {k: float(v) / max(count, 1) for k, v in sums.items()}
-        y, pred = data["ret"], data["value"]
-        var = float(y.var()) if y.numel() > 1 else 0.0
-        out["losses/explained_variance"] = (1 - float((y - pred).var()) / var) if var > 0 else 0.0
-        # the critic's spread against its targets': about 0 when it answers one constant
-        out["losses/value_spread"] = float(pred.std()) / var ** 0.5 if var > 0 else 1.0
-        out["charts/learning_rate"] = self.opt.param_groups[0]["lr"]
-        out["charts/clip_range"] = self._clip()[1]
-        out["charts/batch_steps"] = float(n)
-        if self.ref is not None:
-            out["charts/kl_ref"] = self.kl_ref
-        return Learned(out)
+                    return sums, count
+        return sums, count
+
+    def _bc_term(self, at: Progress, stats: dict[str, Any]) -> torch.Tensor | float:
+        """Behaviour cloning on demonstrations: w x -log pi(a_demo | s_demo), or 0."""
+        bc = self.bc_batch(at.env_steps)
+        if bc is None:
+            return 0.0
+        w, obs, act = bc
+        d = self.net.dist(obs)
+        bc_loss = -self.net.log_prob(d, act if self.spec.discrete else act.float()).mean()
+        stats["losses/bc_loss"] = bc_loss.detach()
+        stats["charts/bc_weight"] = w
+        return w * bc_loss
+
+
+def response_minibatches(seq: torch.Tensor, n: int, mbs: int) -> list[torch.Tensor]:
+    """Minibatch indices over `n` steps of whole responses (`seq`: each step's
+    response), shuffled, about `mbs` steps each."""
+    ids, inv = torch.unique(seq, return_inverse=True)
+    order = torch.randperm(len(ids), device=seq.device)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(ids), device=seq.device)
+    by_response = torch.argsort(rank[inv], stable=True)  # steps, responses shuffled
+    per = max(1, round(len(ids) * mbs / max(n, 1)))  # responses per minibatch
+    cuts = torch.searchsorted(rank[inv][by_response],
+                              torch.arange(per, len(ids), per, device=seq.device))
+    return [c for c in torch.tensor_split(by_response, cuts.cpu()) if len(c)]
 
 
 ALGORITHM = PPO

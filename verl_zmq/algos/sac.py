@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import Job, Policy
+from ..envs import EnvSpec
 from ..nets import mlp, obs_dim
 from .base import START, Algorithm, Learned, Progress, adam
 from .exploration import ActionNoise
@@ -21,7 +25,7 @@ from .exploration import ActionNoise
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
-def _features(spec, policy) -> tuple[nn.Module | None, int]:
+def _features(spec: EnvSpec, policy: Policy) -> tuple[nn.Module | None, int]:
     """(a convolutional encoder or None, the size of what the MLP takes): the actor
     and the critic each have their own encoder (`policy.encoder`)."""
     if policy.encoder == "mlp":
@@ -33,19 +37,20 @@ def _features(spec, policy) -> tuple[nn.Module | None, int]:
 
 def _embed(enc: nn.Module | None, obs: torch.Tensor) -> torch.Tensor:
     """What the MLP takes: the encoder's features, or the flattened observations."""
-    return enc(obs) if enc is not None else obs.flatten(1)
+    out: torch.Tensor = enc(obs) if enc is not None else obs.flatten(1)
+    return out
 
 
 class SquashedGaussian(nn.Module):
     """pi(a|s): tanh(N(mu(s), sigma(s))) with the log-probability of the squashed sample."""
 
-    def __init__(self, spec, policy):
+    def __init__(self, spec: EnvSpec, policy: Policy):
         super().__init__()
         self.enc, n = _features(spec, policy)
         self.net = mlp(n, policy.hidden_sizes, 2 * spec.n_actions, "relu")
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False,
-                noise: torch.Tensor | None = None):
+                noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(squashed action, its log-probability); `noise`: the unit Gaussian sample
         to use (correlated acting noise) instead of a fresh one."""
         mu, log_std = self.net(_embed(self.enc, obs)).chunk(2, -1)
@@ -67,19 +72,20 @@ class SquashedGaussian(nn.Module):
         u = torch.atanh(a)
         logp = (-0.5 * ((u - mu) / log_std.exp()) ** 2 - log_std
                 - 0.5 * math.log(2 * math.pi)).sum(-1)
-        return logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
+        out: torch.Tensor = logp - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
+        return out
 
 
 class TwinQ(nn.Module):
     """Two Q(s, a) heads; with image observations they share one encoder."""
 
-    def __init__(self, spec, policy):
+    def __init__(self, spec: EnvSpec, policy: Policy):
         super().__init__()
         self.enc, n = _features(spec, policy)
         self.q1 = mlp(n + spec.n_actions, policy.hidden_sizes, 1, "relu")
         self.q2 = mlp(n + spec.n_actions, policy.hidden_sizes, 1, "relu")
 
-    def forward(self, obs, act):
+    def forward(self, obs: torch.Tensor, act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([_embed(self.enc, obs), act], -1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
@@ -97,7 +103,7 @@ class SAC(Algorithm):
     state_attrs = ("actor", "critic", "critic_target", "log_alpha", "pi_opt", "q_opt",
                    "a_opt")
 
-    def __init__(self, job, spec, device: str = "cpu", **kw):
+    def __init__(self, job: Job, spec: EnvSpec, device: str = "cpu", **kw: Any):
         super().__init__(job, spec, device, **kw)
         pol = job.algorithm.policy
         p = self.params
@@ -105,9 +111,9 @@ class SAC(Algorithm):
         self.init_policy()
         self.critic = TwinQ(spec, pol).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self._target_params = list(self.critic_target.parameters())
-        self._critic_params = list(self.critic.parameters())
-        self._actor_params = list(self.actor.parameters())
+        self._target_params: list[torch.Tensor] = list(self.critic_target.parameters())
+        self._critic_params: list[torch.Tensor] = list(self.critic.parameters())
+        self._actor_params: list[torch.Tensor] = list(self.actor.parameters())
         self.pi_opt = adam(self.actor.parameters(), p.learning_rate)
         self.q_opt = adam(self.critic.parameters(), p.learning_rate)
         self.log_alpha = torch.tensor(math.log(p.init_alpha), device=self.device,
@@ -118,7 +124,7 @@ class SAC(Algorithm):
         self.low = np.array(spec.action_low, np.float32)
         self.high = np.array(spec.action_high, np.float32)
 
-    def _reduce(self, params: list[torch.Tensor]) -> None:
+    def _reduce(self, params: Sequence[torch.Tensor]) -> None:
         """Data-parallel ranks: the group's mean gradient in place of ours."""
         if self.reduce_grads is not None:
             self.reduce_grads(params, {})
@@ -126,10 +132,11 @@ class SAC(Algorithm):
     def policy_module(self) -> torch.nn.Module:
         return self.actor
 
-    def export_head(self):
+    def export_head(self) -> tuple[torch.nn.Module, str]:
         return self.actor.net, "squash"
 
-    def act(self, obs, deterministic=False, env_steps=0):
+    def act(self, obs: np.ndarray, deterministic: bool = False,
+            env_steps: int = 0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         p = self.params
         if not deterministic and env_steps < p.learning_starts:
             return self.noise.warmup((len(obs), self.spec.n_actions)), {}
@@ -140,12 +147,13 @@ class SAC(Algorithm):
         with torch.no_grad():
             a, _ = self.actor(torch.as_tensor(obs, dtype=torch.float32, device=self.device),
                               deterministic, noise)
-        return a.cpu().numpy().astype(np.float32), {}
+        return np.asarray(a.cpu().numpy(), np.float32), {}
 
     def env_action(self, action: np.ndarray) -> np.ndarray:
-        return self.low + (np.clip(action, -1, 1) + 1.0) * 0.5 * (self.high - self.low)
+        out: np.ndarray = self.low + (np.clip(action, -1, 1) + 1.0) * 0.5 * (self.high - self.low)
+        return out
 
-    def learn(self, batch, at: Progress = START):
+    def learn(self, batch: Mapping[str, np.ndarray], at: Progress = START) -> Learned:
         p = self.params
         t = {k: self.to_device(batch[k]).float()
              for k in ("obs", "action", "reward", "next_obs", "discount", "weight")}
@@ -171,16 +179,16 @@ class SAC(Algorithm):
             self.critic.requires_grad_(True)
             logp = logp.float()
             pi_loss = (alpha * logp - torch.min(q1p, q2p).float()).mean()
-        out = {}
+        out: dict[str, float] = {}
         bc = self.bc_batch(at.env_steps)
         if bc is not None:  # behaviour cloning: -log pi(a_demo | s_demo), squashed
-            w, obs, act = bc
+            bc_w, obs, act = bc
             low = torch.as_tensor(self.low, device=self.device)
             high = torch.as_tensor(self.high, device=self.device)
             bc_loss = -self.actor.log_prob_of(obs, 2 * (act.float() - low) / (high - low) - 1
                                               ).mean()
-            pi_loss = pi_loss + w * bc_loss
-            out = {"losses/bc_loss": float(bc_loss.detach()), "charts/bc_weight": w}
+            pi_loss = pi_loss + bc_w * bc_loss
+            out = {"losses/bc_loss": float(bc_loss.detach()), "charts/bc_weight": bc_w}
         self.pi_opt.zero_grad(set_to_none=True)
         pi_loss.backward()
         self._reduce(self._actor_params)

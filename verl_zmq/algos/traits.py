@@ -8,6 +8,7 @@ they ask these traits.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -53,26 +54,28 @@ TRAITS: dict[str, Traits] = {
                   actions="box", encoders=True),
 }
 
-def filters_fragments(job) -> bool:
+
+def filters_fragments(job: Any) -> bool:
     """Whether the job's learner may drop fragments before an update (and draw more)."""
-    return traits(job.algorithm.name).filters_fragments and job.algorithm.params.dynamic_sampling
+    return bool(traits(job.algorithm.name).filters_fragments
+                and job.algorithm.params.dynamic_sampling)
 
 
-def fill_batches(job) -> int:
+def fill_batches(job: Any) -> int:
     """How many batches the job's learner may draw for one update."""
-    return job.algorithm.params.max_fill_batches if filters_fragments(job) else 1
+    return int(job.algorithm.params.max_fill_batches) if filters_fragments(job) else 1
 
 
-def n_step(job) -> int:
+def n_step(job: Any) -> int:
     """The n of the n-step returns the job's replay shards compute (1: one step)."""
-    return job.algorithm.params.n_step if traits(job.algorithm.name).n_step else 1
+    return int(job.algorithm.params.n_step) if traits(job.algorithm.name).n_step else 1
 
 
 _OTHER = {"discrete": "continuous (Box) actions: use sac or ppo",
           "box": "Discrete actions: use dqn or ppo"}
 
 
-def fit_problem(job, discrete: bool) -> str:
+def fit_problem(job: Any, discrete: bool) -> str:
     """Why the job's algorithm and policy cannot act in its env (an env with
     `discrete` actions or not), or "" when they can. Torch-free: the launcher
     asks before any role starts, and the algorithms raise it as a ValueError."""
@@ -106,7 +109,7 @@ def fit_problem(job, discrete: bool) -> str:
     return ""
 
 
-def _group_problem(job) -> str:
+def _group_problem(job: Any) -> str:
     """Why the job's fragments would not hold whole groups of responses, or ""."""
     from ..seq import is_sequence_env, round_steps
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+# the names algos/core.py registers (tests/test_algos_core.py keeps them equal)
+LossAgg = Literal["token-mean", "step-mean", "seq-mean-token-sum", "fragment-mean"]
+KLEstimator = Literal["k1", "k3"]
 
 @dataclass(frozen=True)
 class PPOParams:
@@ -31,8 +34,11 @@ class PPOParams:
     vtrace_c_bar: float = 1.0  # truncation of the trace-cutting coefficients
     # KL to a frozen reference policy (the initial one, `algorithm.init_from`'s): 0 is off
     kl_coef: float = 0.0
-    kl_estimator: Literal["k1", "k3"] = "k1"  # k1: log(pi/ref); k3: ref/pi - log(ref/pi) - 1
+    kl_estimator: KLEstimator = "k1"  # k1: log(pi/ref); k3: ref/pi - log(ref/pi) - 1
     kl_in: Literal["reward", "loss"] = "reward"  # a per-token penalty, or a loss term
+    # how per-step losses become one (algos/core.py's aggregations): "token-mean" (=
+    # "step-mean"), "seq-mean-token-sum" (per episode/response), "fragment-mean"
+    loss_agg: LossAgg = "token-mean"
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ class DAPOParams(PPOParams):
 
     clip_low: float = 0.2
     clip_high: float = 0.28
-    loss_agg: Literal["step-mean", "fragment-mean"] = "step-mean"
+    loss_agg: LossAgg = "step-mean"
     dynamic_sampling: bool = False
     dynamic_tolerance: float = 1e-6
     max_fill_batches: int = 4
@@ -98,8 +104,8 @@ class GRPOParams(PPOParams):
     clip_low: float = 0.2  # the decoupled clip of DAPO (Yu et al. 2025)
     clip_high: float = 0.28
     std_normalize: bool = True  # divide by the group's std; false as in Dr. GRPO
-    loss_agg: Literal["token-mean", "seq-mean-token-sum"] = "token-mean"
-    kl_estimator: Literal["k1", "k3"] = "k3"
+    loss_agg: LossAgg = "token-mean"
+    kl_estimator: KLEstimator = "k3"
     kl_in: Literal["reward", "loss"] = "loss"
 
 

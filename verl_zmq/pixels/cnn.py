@@ -15,6 +15,7 @@ from torch import nn
 
 from ..config import Policy
 from ..envs import EnvSpec
+from ..policy.net import PolicyNet
 
 
 class _Residual(nn.Module):
@@ -64,7 +65,7 @@ class _Pixels(nn.Module):
         return x.permute(0, 3, 1, 2).float() / 255.0
 
 
-class PixelActorCritic(nn.Module):
+class PixelActorCritic(PolicyNet):
     """The `ActorCritic` interface on a shared convolutional encoder: a categorical
     (or diagonal Gaussian) policy head and a value head."""
 
@@ -100,13 +101,4 @@ class PixelActorCritic(nn.Module):
     def value(self, obs, seq=None, acting=False):
         return self.v(self._features(obs)).squeeze(-1)
 
-    def log_prob(self, d, a):
-        lp = d.log_prob(a)
-        return lp if self.discrete else lp.sum(-1)
 
-    def entropy(self, d):
-        e = d.entropy()
-        return e if self.discrete else e.sum(-1)
-
-    def mode(self, d):
-        return d.probs.argmax(-1) if self.discrete else d.mean

@@ -16,6 +16,7 @@ from torch import nn
 
 from ..config import Policy
 from ..envs import EnvSpec
+from ..policy.net import PolicyNet
 from .decode import PrefixCache
 from .tasks import FIRST_ACTION_TOKEN, PAD, SEP
 
@@ -59,7 +60,7 @@ def _head(d: int, n: int, gain: float) -> nn.Linear:
     return lin
 
 
-class TokenActorCritic(nn.Module):
+class TokenActorCritic(PolicyNet):
     """The `ActorCritic` interface (dist, value, log_prob, entropy, mode) on a causal
     transformer: a categorical policy head and a value head read the features at
     each buffer's last token; the value head has its own trunk unless
@@ -138,14 +139,6 @@ class TokenActorCritic(nn.Module):
               acting: bool = False) -> torch.Tensor:
         return self.v(self._features(obs, True, seq, acting)).squeeze(-1)
 
-    def log_prob(self, d, a: torch.Tensor) -> torch.Tensor:
-        return d.log_prob(a)
-
-    def entropy(self, d) -> torch.Tensor:
-        return d.entropy()
-
-    def mode(self, d) -> torch.Tensor:
-        return d.probs.argmax(-1)
 
 
 def token_obs(tokens: list[list[int]], length: int) -> np.ndarray:

@@ -15,8 +15,8 @@ end token) and the task's metadata (`task`, `prompt_text`, `response_text`,
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -28,7 +28,15 @@ FIRST_ACTION_TOKEN = EOS  # actions 0..10 are the tokens EOS, digit 0, ..., digi
 N_ACTIONS = 11
 VOCAB = N_ACTIONS + FIRST_ACTION_TOKEN  # every token id is below this
 
-RewardFn = Callable[[list, list, dict], float]
+class RewardFn(Protocol):
+    """A sequence task's score of one response (`environment.kwargs.reward`, a
+    `module:function`): the prompt's and the response's token ids and the
+    episode's metadata (`ended`: whether the response finished, and the task's
+    own fields) -> a float. It may raise or hang: the env counts the error and
+    scores the response 0 (`on_error`)."""
+
+    def __call__(self, prompt: list[int], response: list[int],
+                 meta: dict[str, Any]) -> float: ...
 
 
 def digits_text(tokens) -> str:

@@ -1,0 +1,251 @@
+"""The policy-gradient family's building blocks, pure functions registered by
+name as verl's `core_algos` registers them: advantage estimators, policy
+losses, loss aggregations and KL estimators. PPO, DAPO and GRPO (`ppo.py`,
+`dapo.py`, `grpo.py`) compose them by name from the job; a new variant is a
+function here, not a subclass.
+
+Shapes: fragments arrive as [T, N] columns (T steps of N env columns, in the
+NEXT_STEP autoreset layout of `batch.py`); a minibatch is flat: [B] valid steps,
+with `seq` (each step's episode: one response of a sequence task) and `column`
+(each step's env column within the batch) beside them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+from ..batch import bootstrap
+from .vtrace import vtrace
+
+Tensor = torch.Tensor
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _registrar(table: dict[str, F], kind: str) -> Callable[..., Callable[[F], F]]:
+    def register(*names: str) -> Callable[[F], F]:
+        def put(fn: F) -> F:
+            for name in names:
+                if name in table:
+                    raise KeyError(f"{kind} {name!r} is registered twice")
+                table[name] = fn
+            return fn
+        return put
+    return register
+
+
+def lookup(table: Mapping[str, F], name: str, key: str) -> F:
+    """The function registered as `name`; a ValueError naming the job key and the
+    registered names otherwise."""
+    try:
+        return table[name]
+    except KeyError:
+        raise ValueError(f"{key}: {name!r}: expected one of {', '.join(sorted(table))}") from None
+
+
+# -- advantage estimators: [T, N] columns -> per-step advantages, returns, values
+
+
+@dataclass(frozen=True)
+class AdvantageInput:
+    """What an advantage estimator may read: the batch's [T, N] columns, the job's
+    params, the current network's (log pi, V, V(bootstrap)) on the batch computed
+    on demand, and each step's response (`ordinal`, [T, N]) and how each response
+    ended (`how`, [N, K]: 1 ended in the batch, 2 dropped), for grouped tasks."""
+
+    batch: Mapping[str, np.ndarray]
+    params: Any
+    now: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]
+    ordinal: np.ndarray
+    how: np.ndarray
+    group_size: int = 1
+
+
+@dataclass
+class Advantages:
+    """Per-step advantages and returns [T, N], the values a clipped value loss is
+    clipped around, and what the estimator reports (metrics)."""
+
+    adv: np.ndarray
+    ret: np.ndarray
+    value: np.ndarray
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+AdvantageEstimator = Callable[[AdvantageInput], Advantages]
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+register_advantage = _registrar(ADVANTAGE_ESTIMATORS, "advantage estimator")
+
+
+def compute_gae(reward: np.ndarray, value: np.ndarray, terminated: np.ndarray,
+                truncated: np.ndarray, valid: np.ndarray, bootstrap_value: np.ndarray,
+                gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """GAE over [T, E] columns in NEXT_STEP autoreset layout.
+
+    The step after a done step is invalid (the env only reset); its recorded
+    value is V(final observation). So a truncated step bootstraps from it and a
+    terminated step does not; an invalid step gets zero advantage and cuts the
+    recursion. Returns (advantages, returns), both [T, E] float32.
+    """
+    T = reward.shape[0]
+    adv = np.zeros_like(reward, dtype=np.float32)
+    last = np.zeros(reward.shape[1], np.float32)
+    for t in reversed(range(T)):
+        next_value = value[t + 1] if t + 1 < T else bootstrap_value
+        nonterminal = 1.0 - terminated[t].astype(np.float32)
+        cont = nonterminal * (1.0 - truncated[t].astype(np.float32))
+        delta = reward[t] + gamma * next_value * nonterminal - value[t]
+        last = delta + gamma * lam * cont * last
+        last = np.where(valid[t], last, 0.0).astype(np.float32)
+        adv[t] = last
+    return adv, (adv + value).astype(np.float32)
+
+
+@register_advantage("gae")
+def gae_advantages(x: AdvantageInput) -> Advantages:
+    """GAE from the values samplers recorded (Schulman et al. 2016)."""
+    b, p = x.batch, x.params
+    adv, ret = compute_gae(b["reward"], b["value"], b["terminated"], b["truncated"],
+                           b["valid"], b[bootstrap("value")], p.gamma, p.gae_lambda)
+    return Advantages(adv, ret, b["value"])
+
+
+@register_advantage("vtrace")
+def vtrace_advantages(x: AdvantageInput) -> Advantages:
+    """V-trace (Espeholt et al. 2018) from the current network's log-probabilities
+    and values: stale fragments are corrected, not dropped."""
+    b, p = x.batch, x.params
+    logp, value, boot = x.now()
+    adv, ret = vtrace(b["reward"], value, b["terminated"], b["truncated"], b["valid"], boot,
+                      logp - b["logp"], p.gamma, p.gae_lambda, p.vtrace_rho_bar,
+                      p.vtrace_c_bar)
+    return Advantages(adv, ret, value)
+
+
+def group_advantages(scores: np.ndarray, counted: np.ndarray, group_size: int,
+                     std_normalize: bool = True, eps: float = 1e-6
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Group-normalised advantages of responses [N, K] (column n, its k-th response;
+    columns n // group_size answer the same prompts). Responses not `counted`
+    (dropped, or not ended) take no part and get 0. Returns (advantages, whether
+    each group [N // G, K] had a signal: at least two counted responses whose
+    scores are not all equal)."""
+    N, K = scores.shape
+    G = group_size
+    s = scores.reshape(N // G, G, K)
+    c = counted.reshape(N // G, G, K).astype(np.float64)
+    n = c.sum(1)
+    mean = (s * c).sum(1) / np.maximum(n, 1)
+    var = (((s - mean[:, None]) ** 2) * c).sum(1) / np.maximum(n - 1, 1)  # unbiased
+    std = np.sqrt(var)
+    adv = s - mean[:, None]
+    if std_normalize:
+        adv = adv / (std[:, None] + eps)
+    signal = (n >= 2) & (std > eps)
+    adv = np.where((c > 0) & signal[:, None], adv, 0.0)
+    return adv.reshape(N, K).astype(np.float32), signal
+
+
+@register_advantage("grpo")
+def grpo_advantages(x: AdvantageInput) -> Advantages:
+    """Each counted response's score (its rewards summed: a KL penalty in the reward
+    included) against its group's (Shao et al. 2024), on every one of its tokens;
+    no critic: returns and values are zeros."""
+    ordinal, how, G = x.ordinal, x.how, x.group_size
+    learn = np.asarray(x.batch["valid"], bool)
+    N, K = how.shape
+    cols = np.broadcast_to(np.arange(N), learn.shape)
+    scores = np.zeros((N, K), np.float64)
+    lengths = np.zeros((N, K), np.int64)
+    np.add.at(scores, (cols[learn], ordinal[learn]), np.asarray(x.batch["reward"])[learn])
+    np.add.at(lengths, (cols[learn], ordinal[learn]), 1)
+    counted = how == 1
+    adv, signal = group_advantages(scores, counted, G, x.params.std_normalize)
+    answered = counted.reshape(N // G, -1, K).sum(1) > 0
+    got = counted.any()
+    stats = {
+        "grpo/reward_mean": float(scores[counted].mean()) if got else 0.0,
+        "grpo/reward_std": float(scores[counted].std()) if got else 0.0,
+        "grpo/response_length": float(lengths[counted].mean()) if got else 0.0,
+        "grpo/responses": float(counted.sum()),
+        "grpo/dropped": float((how == 2).sum()),
+        "grpo/no_signal_groups": float(1.0 - signal[answered].mean())
+        if answered.any() else 0.0}
+    step_adv = np.where(learn, adv[cols, ordinal], 0.0).astype(np.float32)
+    zeros = np.zeros_like(step_adv)
+    return Advantages(step_adv, zeros, zeros, stats)
+
+
+# -- policy losses: per-step loss [B] and the ratio [B]
+
+PolicyLoss = Callable[[Tensor, Tensor, Tensor, float, float], tuple[Tensor, Tensor]]
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
+register_policy_loss = _registrar(POLICY_LOSSES, "policy loss")
+
+
+@register_policy_loss("clipped")
+def clipped_surrogate(new_logp: Tensor, old_logp: Tensor, adv: Tensor,
+                      clip_low: float, clip_high: float) -> tuple[Tensor, Tensor]:
+    """Per-step PPO policy loss with the ratio clipped to [1 - low, 1 + high]; and the ratio."""
+    ratio = (new_logp - old_logp).exp()
+    loss = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high))
+    return loss, ratio
+
+
+# -- loss aggregations: per-step values [B] of a minibatch -> one scalar
+
+Aggregation = Callable[[Tensor, Mapping[str, Tensor]], Tensor]
+AGGREGATIONS: dict[str, Aggregation] = {}
+register_aggregation = _registrar(AGGREGATIONS, "loss aggregation")
+
+
+@register_aggregation("token-mean", "step-mean")
+def token_mean(per_step: Tensor, mb: Mapping[str, Tensor]) -> Tensor:
+    """The mean over every step (token) of the minibatch."""
+    return per_step.mean()
+
+
+def _group_sums(per_step: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
+    """Sums of `per_step` per distinct `key`, and the inverse index of each step."""
+    ids, inv = torch.unique(key, return_inverse=True)
+    sums = torch.zeros(len(ids), dtype=per_step.dtype, device=per_step.device)
+    return sums.index_add_(0, inv, per_step), inv
+
+
+@register_aggregation("seq-mean-token-sum")
+def seq_mean_token_sum(per_step: Tensor, mb: Mapping[str, Tensor]) -> Tensor:
+    """Sum over each response's (episode's) steps, mean over the responses."""
+    return _group_sums(per_step, mb["seq"])[0].mean()
+
+
+@register_aggregation("fragment-mean")
+def fragment_mean(per_step: Tensor, mb: Mapping[str, Tensor]) -> Tensor:
+    """Mean over columns (one env's steps within one fragment) of each column's mean."""
+    sums, inv = _group_sums(per_step, mb["column"])
+    counts = torch.zeros_like(sums).index_add_(0, inv, torch.ones_like(per_step))
+    return (sums / counts).mean()
+
+
+# -- KL estimators: per-token KL(pi || pi_ref) from log pi(a) and log pi_ref(a), a ~ pi
+
+KLEstimator = Callable[[Tensor, Tensor], Tensor]
+KL_ESTIMATORS: dict[str, KLEstimator] = {}
+register_kl = _registrar(KL_ESTIMATORS, "KL estimator")
+
+
+@register_kl("k1")
+def kl_k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """log pi(a) - log pi_ref(a): unbiased, may be negative, high variance."""
+    return logp - ref_logp
+
+
+@register_kl("k3")
+def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """r - log r - 1 with r = pi_ref(a) / pi(a): unbiased, never negative, low
+    variance (Schulman, "Approximating KL divergence", 2020)."""
+    d = (ref_logp - logp).clamp(-20.0, 20.0)  # exp of a huge ratio would overflow
+    return d.exp() - d - 1.0

@@ -1,0 +1,1 @@
+"""Policies: the networks' shared interface."""

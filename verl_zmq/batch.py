@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from .envs import EnvSpec
 
 BASE = ("obs", "action", "reward", "terminated", "truncated", "valid")
 STEPWISE = ("obs", "action", "terminated", "truncated", "valid")  # [T, E, ...] beside reward
+DType = type | np.dtype[Any] | str
 
 
 def bootstrap(column: str) -> str:
@@ -66,15 +68,25 @@ class Layout:
         """Per-step columns an update reads, then their bootstrap twins."""
         return (*BASE, *self.extras, *(bootstrap(k) for k in ("obs", *self.extras)))
 
-    def shapes(self, E: int) -> dict[str, tuple[int, ...]]:
+    def fields(self, E: int, obs_dtype: DType = np.float32, action_dtype: DType | None = None
+               ) -> list[tuple[str, np.dtype[Any], tuple[int, ...]]]:
+        """(name, dtype, shape) of every fixed column of a fragment of E envs, in the
+        order they travel: the one declaration of the fragment's columns (samplers
+        lay out their buffers with it; shards and learners check against it)."""
         T, s = self.T, self.spec
-        out = {"obs": (T, E, *s.obs_shape), "reward": (T, E), "terminated": (T, E),
-               "truncated": (T, E), "valid": (T, E),
-               "action": (T, E) if s.discrete else (T, E, s.n_actions),
-               bootstrap("obs"): (E, *s.obs_shape)}
-        out.update({k: (T, E) for k in self.extras})
-        out.update({bootstrap(k): (E,) for k in self.extras})
-        return out
+        act = np.dtype(action_dtype or (np.int64 if s.discrete else np.float32))
+        obs = np.dtype(obs_dtype)
+        f32, flag = np.dtype(np.float32), np.dtype(bool)
+        return [("obs", obs, (T, E, *s.obs_shape)),
+                ("action", act, (T, E) if s.discrete else (T, E, s.n_actions)),
+                ("terminated", flag, (T, E)), ("truncated", flag, (T, E)),
+                ("valid", flag, (T, E)), ("reward", f32, (T, E)),
+                *[(k, f32, (T, E)) for k in self.extras],
+                (bootstrap("obs"), obs, (E, *s.obs_shape)),
+                *[(bootstrap(k), f32, (E,)) for k in self.extras]]
+
+    def shapes(self, E: int) -> dict[str, tuple[int, ...]]:
+        return {name: shape for name, _, shape in self.fields(E)}
 
     def queue_bytes(self, E: int) -> int:
         """Kernel buffer for a fragment link: about two fragments of E envs (4 bytes

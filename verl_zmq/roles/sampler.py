@@ -18,7 +18,7 @@ import zmq
 
 from .. import wire
 from ..actors import make_actor
-from ..batch import bootstrap, job_layout
+from ..batch import Layout, bootstrap, job_layout
 from ..config.roles import REPLAY, SAMPLER, trains
 from ..envs import env_spec, make_vector_env
 from ..normalize import RunningMeanStd, moments
@@ -36,6 +36,7 @@ class Collector:
         self.venv = venv
         self.T = job.sampling.fragment_length
         self.E = venv.num_envs
+        self.layout = Layout(algo.spec, self.T, algo.extras)  # the fragment's columns
         self.norm = job.environment.normalize_obs
         self.rms = RunningMeanStd(algo.spec.obs_shape)
         space = getattr(venv, "single_observation_space", None)
@@ -115,15 +116,9 @@ class Collector:
     def _columns(self, a: np.ndarray, ex: dict) -> wire.Arena:
         """The fragment's fixed columns, laid out as they travel (one per action
         shape and dtype: the same fragment after fragment)."""
-        T, E, shape = self.T, self.E, self.algo.spec.obs_shape
         key = (a.dtype.str, a.shape, tuple((k, np.shape(ex[k])) for k in self.algo.extras))
         if self._arena is None or self._arena[0] != key:
-            cols = [("obs", self.obs_dtype, (T, E, *shape)), ("action", a.dtype, (T, *a.shape)),
-                    ("terminated", bool, (T, E)), ("truncated", bool, (T, E)),
-                    ("valid", bool, (T, E)), ("reward", np.float32, (T, E))]
-            cols += [(k, np.float32, (T, E)) for k in self.algo.extras]
-            cols += [(bootstrap("obs"), self.obs_dtype, (E, *shape))]
-            cols += [(bootstrap(k), np.float32, np.shape(ex[k])) for k in self.algo.extras]
+            cols = self.layout.fields(self.E, self.obs_dtype, a.dtype)
             self._arena = (key, wire.Arena(cols))
         return self._arena[1]
 

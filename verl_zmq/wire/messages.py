@@ -206,12 +206,9 @@ class MembershipDelta(Message):
 
 @dataclass(kw_only=True)
 class Fragment(Message):
-    """Sampler -> shard: T steps x E envs of experience, columnar, plus episode stats.
-
-    arrays: obs [T,E,...], action [T,E,...], reward/terminated/truncated/valid [T,E],
-    the algorithm's extras [T,E] (`logp`, `value`, ...), bootstrap_obs [E,...] and
-    bootstrap_<extra> [E], ep_return/ep_length [n finished episodes].
-    """
+    """Sampler -> shard: T steps x E envs of experience, columnar, plus episode
+    stats. Its columns are declared once, in `batch.Layout.fields` (the wire
+    checks only dtypes, shapes and sizes; the shard checks the columns)."""
 
     KIND: ClassVar[Kind] = Kind.FRAGMENT
     version: int = 0

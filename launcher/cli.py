@@ -78,7 +78,7 @@ def print_plan(plan: Plan, job, run_dir: Path) -> None:
 
 def kubernetes(job_path: str, overrides, out_dir: str | None, apply_k8s: bool) -> None:
     """Write the job's manifests (launcher/k8s.py); with --apply, `kubectl apply` them."""
-    from verl_zmq.transport import CurveKeys, curve_enabled
+    from verl_zmq.comm.transport import CurveKeys, curve_enabled
 
     if not out_dir and not apply_k8s:
         _bad("k8s: say where the manifests go (-o DIR), or --apply them")
@@ -189,7 +189,7 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir, out_dir, app
         plan = make_plan(job, hosts)
     except (ConfigError, HostsError) as e:
         _bad(str(e))
-    from verl_zmq.transport import curve_enabled
+    from verl_zmq.comm.transport import curve_enabled
 
     rd, plan = _run_folder(job, plan, overrides, resume, run_dir)
     if dry_run:
@@ -208,7 +208,7 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir, out_dir, app
     rd, stream = _prepare_run_folder(rd, job_text, plan)
     keys = None
     if curve_enabled(job.security.curve, [h.address for h in plan.hosts]):
-        from verl_zmq.transport import CurveKeys
+        from verl_zmq.comm.transport import CurveKeys
 
         k = CurveKeys.generate()
         keys = {"public": k.public, "secret": k.secret}

@@ -13,7 +13,7 @@ import os
 import socket
 import sys
 
-from .forkserver import MAX_MSG
+from verl_zmq.forkserver import MAX_MSG
 
 POLL_S = 0.5  # how often roles are checked for their end once the server is lost
 LOST_CODE = 1  # the exit code of a role whose end the lost server could not report
@@ -84,7 +84,7 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with open(err_path, "ab") as err:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "launcher.forkserver", str(theirs.fileno()),
+                sys.executable, "-m", "verl_zmq.forkserver", str(theirs.fileno()),
                 pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True)
         theirs.close()

@@ -34,8 +34,8 @@ from pathlib import Path
 
 from verl_zmq.config import Job, dumps_job
 from verl_zmq.config.checks import memory_bytes
+from verl_zmq.config.members import default_specs
 from verl_zmq.config.roles import REGISTRY, role_traits
-from verl_zmq.specs import default_specs
 
 JOB_DIR, KEYS_DIR, RUN_DIR = "/etc/verl", "/etc/verl-keys", "/var/lib/verl/run"
 WORKDIR = "/opt/verl-zmq"

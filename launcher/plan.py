@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from verl_zmq.config import Job
+from verl_zmq.config.members import default_specs
 from verl_zmq.config.roles import REGISTRY, Placing, role_traits
-from verl_zmq.specs import default_specs
 
 from .hosts import Host, HostsError
 

@@ -26,8 +26,8 @@ UPDATES = 3
 
 def _collected_batch(job, algo, spec, fragments: int) -> dict[str, np.ndarray]:
     from verl_zmq.batch import job_layout
-    from verl_zmq.envs import make_vector_env
-    from verl_zmq.roles.sampler import Collector
+    from verl_zmq.envs.make import make_vector_env
+    from verl_zmq.sampling.collector import Collector
 
     venv, seeds = make_vector_env(job.environment, job.sampling.num_envs_per_worker, 0, 1)
     col = Collector(job, algo, venv, seeds)
@@ -89,7 +89,7 @@ def algorithm_case(name: str) -> dict:
     from verl_zmq.algos import make_algorithm
     from verl_zmq.algos.base import Progress
     from verl_zmq.config import load_job
-    from verl_zmq.envs import env_spec
+    from verl_zmq.envs.make import env_spec
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

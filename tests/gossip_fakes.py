@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import zmq.asyncio
 
-from verl_zmq.transport import Transport
+from verl_zmq.comm.transport import Transport
 
 
 @contextlib.asynccontextmanager

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from tests.conftest import CONFIGS
-from verl_zmq.actors import NumpyActor, make_actor
 from verl_zmq.algos import make_algorithm
 from verl_zmq.config import load_job
-from verl_zmq.envs import env_spec
+from verl_zmq.envs.make import env_spec
+from verl_zmq.policy.numpy_actor import NumpyActor, make_actor
 
 CASES = {
     "ppo-discrete": ("cartpole_ppo.toml", []),
@@ -71,7 +71,7 @@ def test_numpy_samplers_start_from_the_learners_initial_weights(name):
 
 
 def test_orthogonal_init_is_torchs():
-    from verl_zmq.policy_init import orthogonal
+    from verl_zmq.policy.initial import orthogonal
 
     rng = np.random.default_rng(0)
     for rows, cols, gain in ((64, 4, 2 ** 0.5), (2, 64, 0.01), (64, 64, 1.0)):

@@ -32,8 +32,8 @@ def test_ppo_reports_the_spread_of_its_critic():
     above 0 for values that vary with the returns."""
     from verl_zmq.algos.ppo import PPO
     from verl_zmq.config import load_job
-    from verl_zmq.envs import EnvSpec
-    from verl_zmq.wire_samples import cartpole_fragment
+    from verl_zmq.envs.make import EnvSpec
+    from verl_zmq.wire.samples import cartpole_fragment
 
     torch.manual_seed(0)
     job = load_job("configs/cartpole_ppo.toml", ["algorithm.params.n_epochs=1"])

@@ -9,8 +9,8 @@ import zmq
 from tests.conftest import read_events, wait_for
 from tests.test_registry import Cluster
 from verl_zmq import wire
-from verl_zmq.transport import CurveKeys, curve_enabled
-from verl_zmq.versions import local_versions
+from verl_zmq.comm.transport import CurveKeys, curve_enabled
+from verl_zmq.comm.versions import local_versions
 
 
 def _try_register(endpoint: str, server_public: str, client: tuple[str, str] | None,

@@ -96,7 +96,7 @@ def test_behaviour_cloning_raises_the_demonstrations_likelihood(tmp_path, name):
     """With only the BC term driving the policy (RL terms on a batch without signal),
     the policy comes to prefer the demonstrated actions."""
     from verl_zmq.config import load_job
-    from verl_zmq.envs import env_spec
+    from verl_zmq.envs.make import env_spec
     from verl_zmq.ops.export import load_policy
 
     torch.manual_seed(0)

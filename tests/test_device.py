@@ -14,7 +14,7 @@ from tests.test_learners import offpolicy_batch
 from verl_zmq import checkpoint
 from verl_zmq.algos import make_algorithm
 from verl_zmq.config import ConfigError, load_job
-from verl_zmq.envs import env_spec
+from verl_zmq.envs.make import env_spec
 from verl_zmq.learning.trainer import resolve_device
 
 

@@ -19,8 +19,8 @@ FAULTY = 'environment.id="tests.envs:FaultyCartPole"'
 
 def test_guarded_env_recovers_from_hangs_and_gives_up_on_repeated_errors():
     from verl_zmq.config import load_job
-    from verl_zmq.envguard import EnvFailed, GuardedVectorEnv
-    from verl_zmq.envs import make_env
+    from verl_zmq.envs.guard import EnvFailed, GuardedVectorEnv
+    from verl_zmq.envs.make import make_env
 
     job = load_job(CONFIGS / "cartpole_ppo.toml", [FAULTY, "environment.kwargs={hang_every = 60}",
                                                    "environment.step_timeout_s=0.5"])

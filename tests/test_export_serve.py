@@ -35,7 +35,7 @@ def _checkpoint(tmp_path, name: str):
     from verl_zmq.algos import make_algorithm
     from verl_zmq.checkpoint import policy_state, save_atomic
     from verl_zmq.config import dumps_job, load_job
-    from verl_zmq.envs import env_spec, make_env
+    from verl_zmq.envs.make import env_spec, make_env
     from verl_zmq.normalize import RunningMeanStd
 
     torch.manual_seed(0)

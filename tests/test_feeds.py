@@ -17,18 +17,18 @@ from tests.conftest import CONFIGS
 from verl_zmq import wire
 from verl_zmq.algos.base import Learned
 from verl_zmq.batch import Layout
+from verl_zmq.comm.messaging import WireStats, recv, send
+from verl_zmq.comm.transport import Transport
 from verl_zmq.config import load_job
-from verl_zmq.envs import EnvSpec
+from verl_zmq.envs.make import EnvSpec
 from verl_zmq.learning.fragment_feed import FragmentFeed
 from verl_zmq.learning.links import ShardAddress
 from verl_zmq.learning.sampled_feed import SampledFeed
 from verl_zmq.learning.state import FeedConfig, LinkConfig, TrainState
 from verl_zmq.log import get_logger
-from verl_zmq.messaging import WireStats, recv, send
 from verl_zmq.roles.base import RoleContext
 from verl_zmq.roles.replay import ReplayRole
-from verl_zmq.transport import Transport
-from verl_zmq.wire_samples import cartpole_fragment
+from verl_zmq.wire.samples import cartpole_fragment
 
 pytestmark = pytest.mark.timeout(60)
 SPEC = EnvSpec((4,), True, 2, ())
@@ -414,7 +414,7 @@ def test_a_shard_that_stops_reading_holds_a_few_fragments_not_thousands(ports):
     in messages: left to TCP's autotuning, loopback buffers held over a thousand
     small fragments, experience that reached the learner long after its policy."""
     from verl_zmq.batch import job_layout
-    from verl_zmq.envs import env_spec
+    from verl_zmq.envs.make import env_spec
 
     job = load_job(CONFIGS / "cartpole_dqn.toml", [])
     T, E = job.sampling.fragment_length, job.sampling.num_envs_per_worker

@@ -1,4 +1,4 @@
-"""The fork server (launcher/forkserver.py) on a live CartPole job: every local
+"""The fork server (verl_zmq/forkserver.py) on a live CartPole job: every local
 role is forked from it; a role killed with -9 is reported with its signal and
 restarted from the server; with the server itself killed, the roles it forked
 keep running, the end of one of them is still noticed, and the launcher starts

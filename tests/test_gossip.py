@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from verl_zmq import compress, gossip
 from verl_zmq.algos.dapo import fragment_mean
 from verl_zmq.algos.ppo import clipped_surrogate
+from verl_zmq.learning.gossip import compress
+from verl_zmq.learning.gossip import core as gossip
 
 
 def test_random_selection_is_uniform_over_others():
@@ -199,7 +200,7 @@ def test_dynamic_sampling_finds_fragments_without_signal():
     from tests.conftest import CONFIGS
     from verl_zmq.algos import make_algorithm
     from verl_zmq.config import load_job
-    from verl_zmq.envs import EnvSpec
+    from verl_zmq.envs.make import EnvSpec
 
     job = load_job(CONFIGS / "cartpole_dapo.toml", ["algorithm.params.dynamic_sampling=true"])
     algo = make_algorithm(job, EnvSpec((4,), True, 2, (), (), ()))

@@ -21,12 +21,12 @@ from tests.gossip_fakes import peer_group
 from verl_zmq import wire
 from verl_zmq.algos import make_algorithm
 from verl_zmq.algos.base import Progress
+from verl_zmq.comm.messaging import WireStats, recv
+from verl_zmq.comm.transport import Transport
 from verl_zmq.config import load_job
-from verl_zmq.envs import env_spec
-from verl_zmq.learning.grad_mix import STRIDE, GradMixer
+from verl_zmq.envs.make import env_spec
+from verl_zmq.learning.gossip.grad_mix import STRIDE, GradMixer
 from verl_zmq.log import get_logger
-from verl_zmq.messaging import WireStats, recv
-from verl_zmq.transport import Transport
 
 from .conftest import CONFIGS
 

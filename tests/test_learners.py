@@ -51,7 +51,7 @@ def offpolicy_batch(rng, spec, n: int) -> dict:
 def _rank(rank: int, port: int, out: str, name: str = "ppo") -> None:
     from verl_zmq.algos import make_algorithm
     from verl_zmq.algos.base import Progress
-    from verl_zmq.envs import env_spec
+    from verl_zmq.envs.make import env_spec
     from verl_zmq.learning.data_parallel import LearnerGroup
 
     torch.set_num_threads(1)
@@ -111,7 +111,7 @@ def test_each_rank_takes_its_share_and_bad_combinations_are_refused():
     dqn = load_job(CONFIGS / "cartpole_dqn.toml", ["training.num_learners=2"])
     assert dqn.learner_view().algorithm.params.batch_size == dqn.algorithm.params.batch_size // 2
     assert dqn.learner_view().training.prefetch == dqn.training.prefetch  # its own requests
-    from verl_zmq.specs import default_specs
+    from verl_zmq.config.members import default_specs
 
     assert [s.member_id for s in default_specs(job) if s.role == "learner"] == \
         ["learner-0", "learner-1"]

@@ -81,7 +81,7 @@ def test_clipped_surrogate_gradient_vanishes_outside_the_clip():
 def test_ppo_loss_matches_a_hand_computation(tmp_path):
     from verl_zmq.algos.ppo import PPO
     from verl_zmq.config import load_job
-    from verl_zmq.envs import EnvSpec
+    from verl_zmq.envs.make import EnvSpec
 
     job = load_job("configs/cartpole_ppo.toml", ["algorithm.params.ent_coef=0.1",
                                                   "algorithm.params.normalize_advantage=false"])
@@ -168,7 +168,7 @@ def test_double_dqn_target_by_hand():
 def test_dqn_learns_a_one_step_target_and_reports_priorities():
     from verl_zmq.algos.dqn import DQN
     from verl_zmq.config import load_job
-    from verl_zmq.envs import EnvSpec
+    from verl_zmq.envs.make import EnvSpec
 
     job = load_job("configs/cartpole_dqn.toml", ["algorithm.params.learning_rate=0.01",
                                                   "algorithm.policy.dueling=false"])
@@ -189,7 +189,7 @@ def test_dqn_learning_rate_decays_linearly_to_zero_at_the_budget():
     from verl_zmq.algos.base import Progress
     from verl_zmq.algos.dqn import DQN
     from verl_zmq.config import load_job
-    from verl_zmq.envs import EnvSpec
+    from verl_zmq.envs.make import EnvSpec
 
     job = load_job("configs/cartpole_dqn.toml", ['algorithm.params.lr_schedule="linear"',
                                                   "algorithm.params.learning_rate=0.002"])
@@ -209,7 +209,7 @@ def test_dqn_learning_rate_decays_linearly_to_zero_at_the_budget():
 def test_apex_epsilons():
     from verl_zmq.algos.dqn import DQN
     from verl_zmq.config import load_job
-    from verl_zmq.envs import EnvSpec
+    from verl_zmq.envs.make import EnvSpec
 
     job = load_job("configs/cartpole_dqn.toml", ['algorithm.params.exploration="apex"'])
     eps = [DQN(job, EnvSpec((4,), True, 2, ()), worker=(i, 8)).epsilon() for i in range(8)]

@@ -51,7 +51,7 @@ def test_squashed_gaussian_log_prob_matches_change_of_variables():
 
     from verl_zmq.algos.sac import SquashedGaussian
     from verl_zmq.config import load_job
-    from verl_zmq.envs import EnvSpec
+    from verl_zmq.envs.make import EnvSpec
 
     job = load_job(CONFIGS / "pendulum_sac.toml")
     pi = SquashedGaussian(EnvSpec((3,), False, 1, (1,), (-2.0,), (2.0,)), job.algorithm.policy)

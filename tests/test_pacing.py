@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.conftest import CONFIGS
 from verl_zmq.config import load_job
-from verl_zmq.pacing import Pacer, make_pacer
+from verl_zmq.sampling.pacing import Pacer, make_pacer
 
 
 def _ship_all(p: Pacer) -> int:
@@ -92,7 +92,7 @@ def test_a_peers_mix_moves_the_version_but_not_the_updates_samplers_pace_on(tmp_
     import structlog
 
     from verl_zmq import wire
-    from verl_zmq.envs import env_spec
+    from verl_zmq.envs.make import env_spec
     from verl_zmq.learning.trainer import Trainer
 
     job = load_job(CONFIGS / "cartpole_dapo.toml")

@@ -13,11 +13,11 @@ import zmq.asyncio
 
 from tests.conftest import CONFIGS
 from verl_zmq import wire
+from verl_zmq.comm.transport import Transport
 from verl_zmq.config import load_job
 from verl_zmq.log import get_logger
 from verl_zmq.roles.base import RoleContext
 from verl_zmq.roles.peer import PeerRole
-from verl_zmq.transport import Transport
 
 
 def _member(pid: str, ep: str) -> wire.Member:

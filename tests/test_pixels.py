@@ -12,10 +12,10 @@ from tests.conftest import CONFIGS, run_events
 from verl_zmq import wire
 from verl_zmq.batch import job_layout
 from verl_zmq.config import load_job
-from verl_zmq.envs import env_spec, make_vector_env
+from verl_zmq.envs.make import env_spec, make_vector_env
 from verl_zmq.pixels.catch import CatchEnv
 from verl_zmq.pixels.cnn import encoder
-from verl_zmq.roles.sampler import Collector
+from verl_zmq.sampling.collector import Collector
 
 JOB = CONFIGS / "catch_ppo.toml"
 
@@ -84,7 +84,7 @@ def test_an_encoder_that_does_not_fit_the_images_says_so():
 
 def test_stacked_frames_are_the_last_n_frames():
     from verl_zmq.config import Environment
-    from verl_zmq.envs import make_env
+    from verl_zmq.envs.make import make_env
 
     kw = {"rows": 10, "cols": 5, "scale": 2}
     stacked = make_env(Environment(id="verl/Catch-v0", kwargs=kw, frame_stack=3))
@@ -102,7 +102,7 @@ def test_stacked_frames_are_the_last_n_frames():
 def test_the_atari_preset_trains_on_lives_and_clipped_rewards_and_evaluates_games():
     pytest.importorskip("ale_py", reason="the atari extra: pip install -e '.[atari]'")
     from verl_zmq.config import Environment
-    from verl_zmq.envs import env_spec, make_env
+    from verl_zmq.envs.make import env_spec, make_env
 
     cfg = Environment(id="ALE/Breakout-v5", preset="atari")
     assert env_spec(cfg).obs_shape == (84, 84, 4)
@@ -164,7 +164,7 @@ def test_sac_with_convolutional_encoders_updates_on_uint8_images():
     """SAC on images: the actor and the critic each put an encoder before their MLP;
     uint8 batches update both, actions stay in the env's bounds."""
     from verl_zmq.algos import make_algorithm
-    from verl_zmq.envs import EnvSpec
+    from verl_zmq.envs.make import EnvSpec
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -85,7 +85,7 @@ def test_kl_estimators():
 
 def _algo(*sets):
     from verl_zmq.algos import make_algorithm
-    from verl_zmq.envs import env_spec
+    from verl_zmq.envs.make import env_spec
 
     job = load_job(JOB, list(sets))
     torch.manual_seed(0)
@@ -193,8 +193,8 @@ def test_grpo_update_learns_only_from_counted_responses():
     """One update on a collected fragment: metrics a post-training user expects,
     and the advantage of each token is its response's."""
     from verl_zmq.batch import job_layout
-    from verl_zmq.envs import env_spec, make_vector_env
-    from verl_zmq.roles.sampler import Collector
+    from verl_zmq.envs.make import env_spec, make_vector_env
+    from verl_zmq.sampling.collector import Collector
 
     algo, job = _algo("sampling.num_envs_per_worker=16", "environment.kwargs={group_size=8}")
     venv, seeds = make_vector_env(job.environment, 16, 0)
@@ -288,8 +288,8 @@ def test_a_warm_start_is_the_initial_and_the_reference_policy(tmp_path):
 def test_ppo_with_a_critic_and_the_kl_in_the_reward_updates_on_sequences():
     from verl_zmq.algos import make_algorithm
     from verl_zmq.batch import job_layout
-    from verl_zmq.envs import env_spec, make_vector_env
-    from verl_zmq.roles.sampler import Collector
+    from verl_zmq.envs.make import env_spec, make_vector_env
+    from verl_zmq.sampling.collector import Collector
 
     job = load_job(CONFIGS / "reverse_ppo.toml", ["sampling.num_envs_per_worker=8"])
     algo = make_algorithm(job, env_spec(job.environment))

@@ -142,7 +142,7 @@ def test_version_mismatch_is_refused_in_both_logs(cluster, monkeypatch):
     # a member that reports another gymnasium: sitecustomize-free, via a wrapper module
     wrapper = c.tmp / "oldgym.py"
     wrapper.write_text(
-        "import sys\nimport verl_zmq.versions as v\n_orig = v.local_versions\n"
+        "import sys\nimport verl_zmq.comm.versions as v\n_orig = v.local_versions\n"
         "def fake():\n    d = _orig(); d['gymnasium'] = '0.0.1'; return d\n"
         "v.local_versions = fake\nimport verl_zmq.roles.membership as m\n"
         "m.local_versions = fake\nfrom verl_zmq.cli import main\nsys.exit(main())\n")

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_zmq.replay.samplers import PrioritizedSampler, UniformSampler
+from verl_zmq.replay.index_samplers import PrioritizedSampler, UniformSampler
 from verl_zmq.replay.storage import RingStorage
 from verl_zmq.replay.sumtree import SumTree
 
@@ -184,7 +184,7 @@ def test_priority_update_for_overwritten_slots_changes_nothing():
 def test_actor_side_priorities_are_n_step_td_errors_from_recorded_q_values():
     from verl_zmq.algos.dqn import DQN
     from verl_zmq.config import load_job
-    from verl_zmq.envs import EnvSpec
+    from verl_zmq.envs.make import EnvSpec
 
     job = load_job("configs/cartpole_dqn.toml", ["algorithm.params.n_step=2",
                                                   "algorithm.params.gamma=0.5"])

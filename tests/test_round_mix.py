@@ -16,10 +16,10 @@ import zmq.asyncio
 
 from tests.gossip_fakes import peer_group
 from verl_zmq import wire
-from verl_zmq.learning.round_mix import RoundMixer
+from verl_zmq.comm.messaging import WireStats, recv
+from verl_zmq.comm.transport import Transport
+from verl_zmq.learning.gossip.round_mix import RoundMixer
 from verl_zmq.log import get_logger
-from verl_zmq.messaging import WireStats, recv
-from verl_zmq.transport import Transport
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,8 +13,8 @@ from tests.conftest import CONFIGS, verl
 from verl_zmq.algos import make_algorithm
 from verl_zmq.batch import Layout
 from verl_zmq.config import load_job
-from verl_zmq.envs import env_seeds, env_spec, make_vector_env
-from verl_zmq.roles.sampler import Collector
+from verl_zmq.envs.make import env_seeds, env_spec, make_vector_env
+from verl_zmq.sampling.collector import Collector
 
 
 def _collector(overrides):
@@ -73,7 +73,7 @@ def test_pendulum_ppo_runs_in_one_process(tmp_path):
 def test_samplers_explore_apart_from_identical_weights():
     import torch
 
-    from verl_zmq.specs import acting_seeds
+    from verl_zmq.config.members import acting_seeds
 
     seeds = {acting_seeds(0, g, i) for g in ("main", "peer0", "peer1") for i in range(8)}
     assert len(seeds) == 24 and acting_seeds(0, "main", 3) == acting_seeds(0, "main", 3)

@@ -83,8 +83,8 @@ def test_ppo_with_vtrace_on_fresh_data_equals_ppo():
     from verl_zmq.algos.core import AdvantageInput, vtrace_advantages
     from verl_zmq.algos.ppo import PPO
     from verl_zmq.config import load_job
-    from verl_zmq.envs import EnvSpec
-    from verl_zmq.wire_samples import cartpole_fragment
+    from verl_zmq.envs.make import EnvSpec
+    from verl_zmq.wire.samples import cartpole_fragment
 
     job = load_job("configs/cartpole_ppo.toml", ["algorithm.params.vtrace=true"])
     algo = PPO(job, EnvSpec((4,), True, 2, ()))

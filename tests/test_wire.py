@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from verl_zmq import wire
-from verl_zmq.wire_samples import samples
+from verl_zmq.wire.samples import samples
 
 SAMPLES = samples()
 KINDS = [type(m).__name__ for m in SAMPLES]

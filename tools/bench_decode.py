@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from verl_zmq.config import load_job  # noqa: E402
-from verl_zmq.envs import env_spec  # noqa: E402
+from verl_zmq.envs.make import env_spec  # noqa: E402
 from verl_zmq.seq.model import TokenActorCritic  # noqa: E402
 from verl_zmq.seq.tasks import FIRST_ACTION_TOKEN, SEP  # noqa: E402
 

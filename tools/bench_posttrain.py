@@ -91,8 +91,8 @@ def initial_reward(job_path: Path, seed: int, sets: list[str], n: int = 400
 
     from verl_zmq.algos import make_algorithm
     from verl_zmq.config import load_job
-    from verl_zmq.envs import env_spec
-    from verl_zmq.roles.evaluator import evaluate
+    from verl_zmq.envs.make import env_spec
+    from verl_zmq.policy.evaluate import evaluate
 
     job = load_job(job_path, [f"experiment.seed={seed}", *sets])
     torch.manual_seed(seed)  # as every role builds the initial policy

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from verl_zmq.replay.samplers import PrioritizedSampler
+from verl_zmq.replay.index_samplers import PrioritizedSampler
 from verl_zmq.replay.storage import RingStorage
 
 

@@ -93,7 +93,7 @@ def checkpoint_return(run: Path, name: str, episodes: int) -> float | None:
     import torch
 
     from verl_zmq.ops.export import load_policy
-    from verl_zmq.roles.evaluator import evaluate
+    from verl_zmq.policy.evaluate import evaluate
 
     found = sorted(run.glob(f"**/{name}"))
     if not found:

@@ -39,8 +39,8 @@ def bare_loop(job_path: Path, envs: int, seconds: float, T: int) -> float:
 
     from verl_zmq.algos import make_algorithm
     from verl_zmq.config import load_job
-    from verl_zmq.envs import env_spec, make_vector_env
-    from verl_zmq.roles.sampler import Collector
+    from verl_zmq.envs.make import env_spec, make_vector_env
+    from verl_zmq.sampling.collector import Collector
 
     torch.set_num_threads(1)
     job = load_job(job_path, [f"sampling.num_envs_per_worker={envs}",

@@ -32,7 +32,7 @@ import numpy as np
 import zmq
 
 from verl_zmq import wire
-from verl_zmq.wire_samples import as_sampler_ships, cartpole_fragment, params_arrays
+from verl_zmq.wire.samples import as_sampler_ships, cartpole_fragment, params_arrays
 
 
 def per_call(fn, budget_s: float = 0.2) -> float:

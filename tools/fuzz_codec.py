@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from test_wire import _mutate  # noqa: E402  (the same mutator the tests use)
 
 from verl_zmq import wire  # noqa: E402
-from verl_zmq.wire_samples import samples  # noqa: E402
+from verl_zmq.wire.samples import samples  # noqa: E402
 
 
 def main() -> int:

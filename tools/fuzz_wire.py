@@ -31,7 +31,7 @@ from _jobs import ROOT, events, rss_mb, start, stop  # noqa: E402
 from test_wire import _mutate  # noqa: E402  (the mutator the codec tests use)
 
 from verl_zmq import wire  # noqa: E402
-from verl_zmq.wire_samples import samples  # noqa: E402
+from verl_zmq.wire.samples import samples  # noqa: E402
 
 CLIENT = {"registry": zmq.DEALER, "requests": zmq.DEALER, "gossip": zmq.DEALER,
           "fragments": zmq.PUSH}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Gossip at scale: N simulated peers (16 ... 1024) run the real neighbour
-selection (`verl_zmq.gossip.select_round`, and `round_mix.round_graph`, the graph
+selection (`verl_zmq.learning.gossip.core.select_round`, and `round_mix.round_graph`, the graph
 of the default gradient rounds and of exact parameter rounds)
 and mixing (`gossip.mix`, `gossip.mixing_weights`) under pure averaging: no
 learning, every peer starts from random parameters, each round every peer pulls
@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from verl_zmq import gossip
-from verl_zmq.learning.round_mix import COMPLETE_MAX, round_graph
+from verl_zmq.learning.gossip import core as gossip
+from verl_zmq.learning.gossip.round_mix import COMPLETE_MAX, round_graph
 
 TOL = 1e-3
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .envs import EnvSpec
+from .envs.make import EnvSpec
 
 BASE = ("obs", "action", "reward", "terminated", "truncated", "valid")
 STEPWISE = ("obs", "action", "terminated", "truncated", "valid")  # [T, E, ...] beside reward

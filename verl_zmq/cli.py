@@ -53,7 +53,7 @@ def main() -> None:
 def role(role, job_path, registry, member_id, group, member_index, bind, run_dir, keys_file,
          log_file, overrides, exit_on_stdin_eof, standby):
     """Run one ROLE of a job by hand (the launcher runs the same code path)."""
-    from .transport import CurveKeys
+    from .comm.transport import CurveKeys
 
     keys = None
     try:
@@ -79,12 +79,12 @@ def role(role, job_path, registry, member_id, group, member_index, bind, run_dir
         fail(f"cannot start {role}: {e}")
     if job.security.curve is True and keys is None:
         fail("security.curve is true: pass the job's keys with --keys FILE")
+    from .config.members import RoleSpec
     from .runner import run_role_process
-    from .specs import RoleSpec
 
     member_id = member_id or default_member_id(role)
     if member_index is not None:
-        from .specs import default_specs
+        from .config.members import default_specs
 
         mine = [s for s in default_specs(job) if s.role == role]
         if not 0 <= member_index < len(mine):

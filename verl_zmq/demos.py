@@ -27,7 +27,7 @@ REQUIRED = ("obs", "action", "reward", "terminated", "truncated", "episode_start
 
 def record(lp, episodes: int, seed: int, deterministic: bool = True) -> dict[str, np.ndarray]:
     """Play `episodes` episodes of a loaded policy (see export.load_policy), one env."""
-    from .envs import make_env
+    from .envs.make import make_env
 
     env = make_env(lp.job.environment)
     cols: dict[str, list] = {k: [] for k in ("obs", "action", "reward", "terminated",

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import zmq.asyncio
 
+from .comm.transport import CurveKeys, Transport
 from .config import Job, dumps_job
 from .config.checks import memory_bytes
+from .config.members import RoleSpec, default_specs
 from .log import get_logger, setup_logging
-from .specs import RoleSpec, default_specs
-from .transport import CurveKeys, Transport
 
 
 def read_stdin_bundle() -> dict:

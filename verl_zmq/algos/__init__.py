@@ -9,7 +9,7 @@ from .traits import TRAITS
 
 if TYPE_CHECKING:  # torch is imported with the algorithm asked for, not before
     from ..config import Job
-    from ..envs import EnvSpec
+    from ..envs.make import EnvSpec
     from .base import Algorithm
 
 

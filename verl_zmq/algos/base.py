@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ..config import Job
-from ..envs import EnvSpec
+from ..envs.make import EnvSpec
 from .traits import Traits, fit_problem
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ class Algorithm(ABC):
                 raise ValueError(f"algorithm.init_from: {path!r} does not fit this job's "
                                  f"policy: {e}") from None
         elif self.traits.numpy_actor:
-            from ..policy_init import initial_policy_arrays
+            from ..policy.initial import initial_policy_arrays
 
             self.load_policy_arrays(initial_policy_arrays(self.job, self.spec))
 

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import Job, Policy
-from ..envs import EnvSpec
-from ..nets import mlp, obs_dim
+from ..envs.make import EnvSpec
+from ..policy.nets import mlp, obs_dim
 from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
 from .exploration import apex_priorities, epsilon, epsilon_greedy
 

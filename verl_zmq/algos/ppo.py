@@ -20,8 +20,8 @@ import torch
 
 from ..batch import bootstrap, episodes
 from ..config.sections import ceil_div
-from ..nets import actor_critic
 from ..policy.net import PolicyNet
+from ..policy.nets import actor_critic
 from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
 from .core import (
     ADVANTAGE_ESTIMATORS,

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import Job, Policy
-from ..envs import EnvSpec
-from ..nets import mlp, obs_dim
+from ..envs.make import EnvSpec
+from ..policy.nets import mlp, obs_dim
 from .base import START, Algorithm, Learned, Progress, adam
 from .exploration import ActionNoise
 

@@ -29,8 +29,8 @@ import socket
 import torch
 import torch.distributed as dist
 
-from ..nets import flat_grad, set_flat_grad
-from ..transport import candidate_ports
+from ..comm.transport import candidate_ports
+from ..policy.nets import flat_grad, set_flat_grad
 
 
 def free_port(host: str, lo: int, hi: int, reserved: frozenset[int] = frozenset()) -> int:

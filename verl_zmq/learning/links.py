@@ -16,7 +16,7 @@ from typing import Any
 import zmq
 
 from .. import wire
-from ..messaging import recv, send
+from ..comm.messaging import recv, send
 from .state import LinkConfig
 
 

@@ -23,7 +23,7 @@ from .state import FeedConfig, LinkConfig
 
 if TYPE_CHECKING:  # torch stays out of the feeds' imports
     from ..algos.base import Learned
-    from ..envs import EnvSpec
+    from ..envs.make import EnvSpec
 
 Arrays = Mapping[str, np.ndarray]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..comm.messaging import WireStats
 from ..config.sections import ceil_div
-from ..messaging import WireStats
 
 
 @dataclass
@@ -25,7 +25,7 @@ class LinkConfig:
     """How a feed reaches its shards: the transport to connect with, the log and
     wire counters to report into, and the id it sends as."""
 
-    transport: Any  # verl_zmq.transport.Transport (zmq stays out of the type's import)
+    transport: Any  # verl_zmq.comm.transport.Transport (zmq stays out of the type's import)
     log: Any
     stats: WireStats
     src: str

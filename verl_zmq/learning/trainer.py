@@ -26,7 +26,7 @@ from ..algos.base import GradReduce, Learned, Progress
 from ..checkpoint import load as load_checkpoint
 from ..checkpoint import numpy_state, policy_state, write_checkpoint
 from ..config import Job, dumps_job
-from ..envs import EnvSpec
+from ..envs.make import EnvSpec
 from ..files import clean_temporaries, free_mb
 from ..log import write_failed
 from ..normalize import RunningMeanStd, scale_rewards

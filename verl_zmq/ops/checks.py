@@ -11,7 +11,7 @@ from ..config import Job
 def check_job(job: Job, networks: bool = True) -> list[str]:
     """Problems with the job, each one sentence; empty when it can run."""
     from ..algos.traits import fit_problem
-    from ..envs import EnvError, env_spec, make_vector_env, native_vector_env
+    from ..envs.make import EnvError, env_spec, make_vector_env, native_vector_env
 
     try:
         spec = env_spec(job.environment)

@@ -35,7 +35,7 @@ def eval_cmd(checkpoint, episodes, seed, video_dir, stochastic):
     """Evaluate the policy in CHECKPOINT (step_*.pt, latest.pt or best.pt)."""
     import torch
 
-    from ..roles.evaluator import evaluate, video_available
+    from ..policy.evaluate import evaluate, video_available
 
     torch.set_num_threads(1)
     lp = _policy(checkpoint)

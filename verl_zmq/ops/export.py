@@ -13,7 +13,7 @@ from torch import nn
 
 from ..checkpoint import load
 from ..config import Job, loads_job
-from ..envs import EnvSpec, env_spec
+from ..envs.make import EnvSpec, env_spec
 from ..normalize import RunningMeanStd
 
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..config import Policy
-from ..envs import EnvSpec
+from ..envs.make import EnvSpec
 from ..policy.net import PolicyNet
 
 

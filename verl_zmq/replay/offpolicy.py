@@ -16,8 +16,8 @@ import numpy as np
 from .. import wire
 from ..algos.traits import n_step
 from ..config import Job
+from .index_samplers import PrioritizedSampler, UniformSampler
 from .limiter import RateLimiter
-from .samplers import PrioritizedSampler, UniformSampler
 from .storage import RingStorage
 from .store import RejectedFragment
 from .transitions import unroll

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .. import wire
+from ..comm.messaging import WireStats, reconnect, recv, send
+from ..comm.transport import Transport
 from ..config import Job
+from ..config.members import index_of
 from ..config.roles import ROLES
-from ..messaging import WireStats, reconnect, recv, send
-from ..specs import index_of
-from ..transport import Transport
 
 __all__ = ["Role", "RoleContext", "RoleRefused", "WireStats", "reconnect", "recv", "send",
            "role_class", "index_of", "default_incarnation", "ROLES"]

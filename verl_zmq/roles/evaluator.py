@@ -9,7 +9,6 @@ the job when `stop_at_return` is reached or after evaluating the final params.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import math
 from pathlib import Path
 
@@ -17,13 +16,14 @@ import numpy as np
 import zmq
 
 from .. import wire
-from ..actors import make_actor, numpy_acting
 from ..config import dumps_job
 from ..config.roles import EVALUATOR, trains
-from ..envs import env_spec, make_env
-from ..gossip import fingerprint
+from ..envs.make import env_spec
+from ..learning.gossip.core import fingerprint
 from ..log import write_failed
 from ..normalize import RunningMeanStd
+from ..policy.evaluate import evaluate, video_available
+from ..policy.numpy_actor import make_actor, numpy_acting
 from .base import Role, reconnect, recv
 
 CONFIRM_SEEDS = 500_009  # a best-model candidate's second evaluation: episode seeds apart
@@ -35,54 +35,6 @@ def _put(d: dict, key, value, cap: int) -> None:
     d[key] = value
     while len(d) > cap:
         d.pop(next(iter(d)))
-
-
-def video_available() -> bool:
-    try:
-        import moviepy  # noqa: F401  (gymnasium's RecordVideo writes with it)
-    except ImportError:
-        return False
-    return True
-
-
-def _eval_env(job, video_dir: str, prefix: str):
-    """One evaluation env (`evaluation.env_kwargs` over the job's); the first one
-    records video when asked and possible."""
-    cfg = job.environment
-    if job.evaluation.env_kwargs:
-        cfg = dataclasses.replace(cfg, kwargs={**cfg.kwargs, **job.evaluation.env_kwargs})
-    if not video_dir:
-        return make_env(cfg, training=False)
-    import gymnasium as gym
-
-    env = make_env(cfg, render_mode="rgb_array", training=False)
-    return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda _: True,
-                                    name_prefix=prefix, disable_logger=True)
-
-
-def evaluate(algo, job, rms: RunningMeanStd | None, episodes: int, seed: int,
-             deterministic: bool = True, video_dir: str = "", prefix: str = "eval"
-             ) -> np.ndarray:
-    """Run `episodes` episodes at once (one env each, seeds seed..seed+n-1); their returns.
-    With `video_dir`, the first episode is recorded there."""
-    import gymnasium as gym
-
-    venv = gym.vector.SyncVectorEnv(
-        [lambda i=i: _eval_env(job, video_dir if i == 0 else "", prefix) for i in range(episodes)])
-    try:
-        obs, _ = venv.reset(seed=[seed + i for i in range(episodes)])
-        returns = np.zeros(episodes)
-        active = np.ones(episodes, bool)
-        clip = job.environment.clip_obs
-        while active.any():
-            o = rms.normalize(obs, clip) if rms is not None else obs.astype(np.float32)
-            a, _ = algo.act(o, deterministic=deterministic)
-            obs, r, te, tr, _ = venv.step(algo.env_action(a))
-            returns += np.where(active, r, 0.0)
-            active &= ~(te | tr)  # NEXT_STEP autoreset: later steps of a done env are ignored
-        return returns
-    finally:
-        venv.close()
 
 
 def _write_best(path: Path, job_text: str, algorithm: str, policy: dict, rms, meta: dict

@@ -24,7 +24,7 @@ import torch
 import zmq
 
 from ..config.roles import EVALUATOR, LEARNER, REPLAY
-from ..envs import env_spec
+from ..envs.make import env_spec
 from ..learning.data_parallel import LearnerGroup, free_port
 from ..learning.feeds import make_feed
 from ..learning.links import ShardAddress

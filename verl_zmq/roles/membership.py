@@ -23,7 +23,7 @@ import time
 import zmq
 
 from .. import wire
-from ..versions import local_versions
+from ..comm.versions import local_versions
 from .base import Role, RoleRefused, recv, send
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..config.roles import EVALUATOR, PEER
-from ..learning.gossip_node import GossipNode
+from ..learning.gossip.node import GossipNode
 from .learner import LearnerRole
 
 

@@ -14,8 +14,8 @@ import time
 import zmq
 
 from .. import wire
+from ..comm.versions import local_versions, mismatch
 from ..config.roles import REGISTRY
-from ..versions import local_versions, mismatch
 from .base import Role, recv, send
 
 

@@ -21,7 +21,7 @@ import zmq
 from .. import wire
 from ..batch import job_layout
 from ..config.roles import REPLAY
-from ..envs import env_spec
+from ..envs.make import env_spec
 from ..log import write_failed
 from ..replay import snapshot
 from ..replay.store import RejectedFragment

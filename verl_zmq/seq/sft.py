@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..config import Job, dumps_job
-from ..envs import env_spec
+from ..envs.make import env_spec
 from .model import token_obs
 from .tasks import FIRST_ACTION_TOKEN, held_out, make_task
 
@@ -64,7 +64,7 @@ def run_sft(job: Job, steps: int, out: str, batch_prompts: int = 64, lr: float =
     write it to `out` as a policy checkpoint."""
     from ..algos import make_algorithm
     from ..checkpoint import policy_state, save_atomic
-    from ..roles.evaluator import evaluate
+    from ..policy.evaluate import evaluate
 
     torch.manual_seed(job.experiment.seed)
     spec = env_spec(job.environment)

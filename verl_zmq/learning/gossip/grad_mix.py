@@ -39,9 +39,9 @@ import numpy as np
 import torch
 import zmq
 
-from .. import wire
-from ..messaging import send
-from ..nets import flat_grad, set_flat_grad
+from ... import wire
+from ...comm.messaging import send
+from ...policy.nets import flat_grad, set_flat_grad
 from .mix_node import MixNode
 from .round_mix import round_graph
 

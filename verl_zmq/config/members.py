@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .config import Job
-from .config.roles import EVALUATOR, LEARNER, PEER, REGISTRY, REPLAY, SAMPLER
+from . import Job
+from .roles import EVALUATOR, LEARNER, PEER, REGISTRY, REPLAY, SAMPLER
 
 
 @dataclass

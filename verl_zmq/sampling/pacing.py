@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .algos.traits import filters_fragments
+from ..algos.traits import filters_fragments
 
 
 @dataclass

@@ -13,10 +13,11 @@ Names and shapes are the torch modules' `state_dict` keys
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
-from .envs import EnvSpec
+from ..envs.make import EnvSpec
 
 Arrays = dict[str, np.ndarray]
 
@@ -53,7 +54,7 @@ def linear_default(rng: np.random.Generator, prefix: str, n_in: int, n_out: int)
             f"{prefix}.bias": rng.uniform(-b, b, n_out).astype(np.float32)}
 
 
-def initial_policy_arrays(job, spec: EnvSpec) -> Arrays:
+def initial_policy_arrays(job: Any, spec: EnvSpec) -> Arrays:
     """The policy's version-0 arrays for the job's numpy-actor kind ("pg", "q",
     "squashed"), from the job seed alone."""
     kind = job.traits.numpy_actor

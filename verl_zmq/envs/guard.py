@@ -17,7 +17,7 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
-from .config import Environment
+from ..config import Environment
 
 
 def _worker_env(make_env: Callable[[Environment], gym.Env], cfg: Environment):

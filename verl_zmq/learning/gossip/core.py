@@ -24,7 +24,8 @@ def softmax(x: np.ndarray, temperature: float) -> np.ndarray:
     z = np.asarray(x, np.float64) / max(temperature, 1e-8)
     z = z - z.max()
     e = np.exp(z)
-    return e / e.sum()
+    out: np.ndarray = e / e.sum()
+    return out
 
 
 def topology_offsets(topology: str, n: int, k: int, rnd: int) -> list[int]:
@@ -93,7 +94,8 @@ def reward_selection_probs(rewards: np.ndarray, me: int, temperature: float) -> 
     """The probability that peer `me` picks each other peer first (reward_based)."""
     p = softmax(np.asarray(rewards, np.float64), temperature)
     p[me] = 0.0
-    return p / p.sum()
+    out: np.ndarray = p / p.sum()
+    return out
 
 
 # -- what a peer received, in priority order ------------------------------------------
@@ -121,7 +123,8 @@ def priority_function(name: str) -> Callable[[QueuedParams], float]:
     mod, _, fn = name.partition(":")
     if not fn:
         raise ValueError(f"gossip.priority_fn: {name!r} is not reward, recency or module:function")
-    return getattr(importlib.import_module(mod), fn)
+    out: Callable[[QueuedParams], float] = getattr(importlib.import_module(mod), fn)
+    return out
 
 
 class ParamQueue:
@@ -138,7 +141,8 @@ class ParamQueue:
     def __len__(self) -> int:
         return len(self.heap)
 
-    def put(self, src: str, arrays: dict, reward: float, version: int, at_update: int) -> None:
+    def put(self, src: str, arrays: dict[str, np.ndarray], reward: float, version: int,
+            at_update: int) -> None:
         e = QueuedParams(0.0, next(self.seq), src, arrays, reward, version, at_update)
         e.priority = float(self.fn(e))
         if len(self.heap) < self.max_size:
@@ -175,7 +179,8 @@ def mix(theta: np.ndarray, others: np.ndarray, weights: np.ndarray, rate: float)
     if others.shape[-2] == 0:
         return theta
     avg = np.einsum("...k,...kd->...d", weights, others)
-    return (1.0 - rate) * theta + rate * avg
+    out: np.ndarray = (1.0 - rate) * theta + rate * avg
+    return out
 
 
 def mix_params(theta: dict[str, np.ndarray], entries: list[dict[str, np.ndarray]],

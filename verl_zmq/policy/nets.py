@@ -6,9 +6,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .config import Policy
-from .envs import EnvSpec
-from .policy.net import PolicyNet
+from ..config import Policy
+from ..envs.make import EnvSpec
+from .net import PolicyNet
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
@@ -59,7 +59,8 @@ class ActorCritic(PolicyNet):
 
     def value(self, obs: torch.Tensor, seq: torch.Tensor | None = None,
               acting: bool = False) -> torch.Tensor:
-        return self.v(obs.flatten(1)).squeeze(-1)
+        out: torch.Tensor = self.v(obs.flatten(1)).squeeze(-1)
+        return out
 
 
 
@@ -68,11 +69,11 @@ def actor_critic(spec: EnvSpec, policy: Policy) -> PolicyNet:
     causal transformer over token observations (`seq/model.py`), or a
     convolutional encoder over images (`pixels/cnn.py`)."""
     if policy.kind == "transformer":
-        from .seq.model import TokenActorCritic
+        from ..seq.model import TokenActorCritic
 
         return TokenActorCritic(spec, policy)
     if policy.encoder != "mlp":
-        from .pixels.cnn import PixelActorCritic
+        from ..pixels.cnn import PixelActorCritic
 
         return PixelActorCritic(spec, policy)
     return ActorCritic(spec, policy)

@@ -28,8 +28,9 @@ from collections.abc import Iterable
 import numpy as np
 import zmq
 
-from .. import gossip, wire
-from ..messaging import send
+from ... import wire
+from ...comm.messaging import send
+from . import core as gossip
 from .mix_node import MixNode
 
 COMPLETE_MAX = 8  # peers: up to this many, everyone averages with everyone

@@ -10,9 +10,9 @@ from typing import Any, Protocol
 import numpy as np
 import zmq.asyncio
 
-from .. import wire
-from ..messaging import WireStats
-from .trainer import Trainer
+from ... import wire
+from ...comm.messaging import WireStats
+from ..trainer import Trainer
 
 
 class MixNode(Protocol):

@@ -22,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from .algos.exploration import ActionNoise, apex_priorities, epsilon, epsilon_greedy
-from .envs import EnvSpec
-from .policy.actor import Actor
-from .policy_init import initial_policy_arrays
+from ..algos.exploration import ActionNoise, apex_priorities, epsilon, epsilon_greedy
+from ..envs.make import EnvSpec
+from .actor import Actor
+from .initial import initial_policy_arrays
 
+Acted = tuple[np.ndarray, dict[str, np.ndarray]]
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # as SAC's SquashedGaussian
 _ACT: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0)}
@@ -46,18 +47,20 @@ def mlp(arrays: dict[str, np.ndarray], prefix: str, x: np.ndarray, activation: s
 
 def log_softmax(z: np.ndarray) -> np.ndarray:
     z = z - z.max(-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+    out: np.ndarray = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    return out
 
 
 def gaussian_logp(a: np.ndarray, mu: np.ndarray, log_std: np.ndarray) -> np.ndarray:
-    return (-0.5 * ((a - mu) / np.exp(log_std)) ** 2 - log_std
-            - 0.5 * math.log(2 * math.pi)).sum(-1)
+    out: np.ndarray = (-0.5 * ((a - mu) / np.exp(log_std)) ** 2 - log_std
+                       - 0.5 * math.log(2 * math.pi)).sum(-1)
+    return out
 
 
 class NumpyActor:
     """A built-in algorithm's `Actor` (policy/actor.py) in numpy."""
 
-    def __init__(self, job, spec: EnvSpec, worker: tuple[int, int] = (0, 1),
+    def __init__(self, job: Any, spec: EnvSpec, worker: tuple[int, int] = (0, 1),
                  acting_seed: int | None = None):
         self.job, self.spec = job, spec
         self.kind = job.traits.numpy_actor
@@ -89,7 +92,7 @@ class NumpyActor:
 
     # -- acting -------------------------------------------------------------------
 
-    def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0):
+    def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0) -> Acted:
         x = np.asarray(obs, np.float32).reshape(len(obs), -1)
         if self.kind == "pg":
             return self._act_pg(x, deterministic)
@@ -100,7 +103,7 @@ class NumpyActor:
     def value(self, x: np.ndarray) -> np.ndarray:
         return mlp(self.arrays, "v", x, self.policy.activation)[:, 0]
 
-    def _act_pg(self, x: np.ndarray, deterministic: bool):
+    def _act_pg(self, x: np.ndarray, deterministic: bool) -> Acted:
         out = mlp(self.arrays, "pi", x, self.policy.activation)
         if self.spec.discrete:
             lp = log_softmax(out)
@@ -127,16 +130,17 @@ class NumpyActor:
         h = _ACT[self.policy.activation](mlp(A, "trunk", x, self.policy.activation))
         v = h @ A["value.weight"].T + A["value.bias"]
         adv = h @ A["adv.weight"].T + A["adv.bias"]
-        return v + adv - adv.mean(-1, keepdims=True)
+        out: np.ndarray = v + adv - adv.mean(-1, keepdims=True)
+        return out
 
     def epsilon(self, env_steps: int = 0) -> float:
         return epsilon(self.params, self.worker_index, self.num_workers, env_steps)
 
-    def _act_q(self, x: np.ndarray, deterministic: bool, env_steps: int):
+    def _act_q(self, x: np.ndarray, deterministic: bool, env_steps: int) -> Acted:
         return epsilon_greedy(self.q_values(x), self.epsilon(env_steps),
                               None if deterministic else self.rng)
 
-    def _act_sac(self, x: np.ndarray, deterministic: bool, env_steps: int):
+    def _act_sac(self, x: np.ndarray, deterministic: bool, env_steps: int) -> Acted:
         n = self.spec.n_actions
         if not deterministic and env_steps < self.params.learning_starts:
             return self.noise.warmup((len(x), n)), {}
@@ -149,8 +153,10 @@ class NumpyActor:
         if self.spec.discrete:
             return action
         if self.kind == "squashed":
-            return self.low + (np.clip(action, -1, 1) + 1.0) * 0.5 * (self.high - self.low)
-        return np.clip(action, self.low, self.high)
+            out: np.ndarray = self.low + (np.clip(action, -1, 1) + 1.0) * 0.5 * (
+                self.high - self.low)
+            return out
+        return np.asarray(np.clip(action, self.low, self.high))
 
     def finish_fragment(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.kind != "q":
@@ -158,7 +164,7 @@ class NumpyActor:
         return {"priority": apex_priorities(arrays, self.params.gamma, self.params.n_step)}
 
 
-def numpy_acting(job) -> bool:
+def numpy_acting(job: Any) -> bool:
     """Whether the job's policy acts in numpy (`sampling.inference`): the built-in
     MLPs under "auto", or "numpy"."""
     how = job.sampling.inference
@@ -175,7 +181,7 @@ def make_actor(job: Any, spec: EnvSpec, worker: tuple[int, int], seeds: tuple[in
         return NumpyActor(job, spec, worker, acting_seed)
     import torch  # only roles that act with torch pay for importing it
 
-    from .algos import make_algorithm
+    from ..algos import make_algorithm
 
     torch.set_num_threads(threads or job.resources.sampler.cpu or job.sampling.torch_threads)
     torch.manual_seed(job.experiment.seed)  # the learner's initial weights

@@ -10,10 +10,9 @@ follow only when the neighbour holds parameters this peer has not seen.
 Received parameters wait in a bounded priority queue; every
 `gossip.sync_interval` updates they are mixed in, theta <- (1 - a) theta +
 a sum_j w_j theta_j, optimiser state kept. A peer that has barely started
-adopts the best received parameters outright. A neighbour that does not
-answer within heartbeat x liveness, or that the registry drops, is no longer
-chosen. An exchange in flight owns its socket: dropping or replacing a busy
-neighbour leaves the socket to the exchange, which closes it when it ends.
+adopts the best received parameters outright. A neighbour silent for the
+liveness timeout, or that the registry drops, is no longer chosen. An exchange
+in flight owns its socket (dropping a busy neighbour leaves it to the exchange).
 """
 
 from __future__ import annotations
@@ -28,15 +27,17 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from .. import compress, gossip, wire
-from ..config import Job
-from ..config.roles import PEER
-from ..messaging import WireStats, recv, request, send
-from ..specs import index_of
-from ..transport import Transport
+from ... import wire
+from ...comm.messaging import WireStats, recv, request, send
+from ...comm.transport import Transport
+from ...config import Job
+from ...config.members import index_of
+from ...config.roles import PEER
+from ..trainer import Trainer
+from . import compress
+from . import core as gossip
 from .grad_mix import GradMixer
 from .round_mix import RoundMixer
-from .trainer import Trainer
 
 M = TypeVar("M", bound=wire.Message)
 FORGET_DEAD_S = 30.0  # a peer found dead is not re-learned from gossip for this long

@@ -5,7 +5,7 @@ two of them torch) at once on a small machine spend seconds of CPU before the
 first env step. The fork server imports them once and forks each local role
 from that warm process, as multiprocessing's forkserver does with preloading:
 
-- the launcher starts `python -m launcher.forkserver FD` with one end of a
+- the launcher starts `python -m verl_zmq.forkserver FD` with one end of a
   SOCK_SEQPACKET socket pair; the server imports the torch-free role modules,
   then serves requests: a JSON message (the role's `verl_zmq.cli` argv, its
   environment) and three file descriptors passed along

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import wire
+from .. import wire
 
 
 def member(i: int = 0) -> wire.Member:

@@ -30,6 +30,7 @@ def encode(arrays: dict[str, np.ndarray], scheme: str, base: dict[str, np.ndarra
     if scheme == "fp16":
         half = {k: np.asarray(v, np.float16) for k, v in arrays.items()}
         return half, {k: v.astype(np.float32) for k, v in half.items()}
+    assert base is not None  # a delta scheme, with a base (see the first branch)
     wire: dict[str, np.ndarray] = {}
     recon: dict[str, np.ndarray] = {}
     for k, v in arrays.items():

@@ -16,10 +16,10 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from . import pixels, seq  # noqa: F401  (register their env ids)
-from .config import Environment
-from .envguard import GuardedVectorEnv
-from .importing import load_object
+from .. import pixels, seq  # noqa: F401  (register their env ids)
+from ..config import Environment
+from ..importing import load_object
+from .guard import GuardedVectorEnv
 
 
 class EnvError(Exception):
@@ -50,7 +50,7 @@ def resolve_id(env_id: str) -> str:
     if ":" not in env_id:
         if env_id not in gym.registry and env_id.startswith("ALE/"):
             try:
-                from .pixels.atari import register_ale
+                from ..pixels.atari import register_ale
 
                 register_ale()
             except ImportError:
@@ -122,7 +122,7 @@ def make_env(cfg: Environment, render_mode: str | None = None,
 
 
 def _image_wrappers(env: gym.Env, cfg: Environment, training: bool) -> gym.Env:
-    from .pixels.atari import ATARI_STACK, StackFrames, atari
+    from ..pixels.atari import ATARI_STACK, StackFrames, atari
 
     try:
         if cfg.preset == "atari":

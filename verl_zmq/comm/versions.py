@@ -6,7 +6,7 @@ from __future__ import annotations
 import platform
 from importlib import metadata
 
-from . import __version__
+from .. import __version__
 
 CHECKED = ("verl_zmq", "python", "torch", "gymnasium")
 # a member written against the wire alone (no verl_zmq) declares these instead
@@ -24,7 +24,7 @@ def _dist_version(name: str) -> str:
 def local_versions() -> dict[str, str]:
     """What this process runs: verl_zmq, Python (major.minor), torch, gymnasium."""
     major, minor, _ = platform.python_version_tuple()
-    from .wire import PROTOCOL_VERSION
+    from ..wire import PROTOCOL_VERSION
 
     return {
         "wire": str(PROTOCOL_VERSION),

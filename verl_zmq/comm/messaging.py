@@ -13,7 +13,7 @@ from typing import TypeVar
 import zmq
 import zmq.asyncio
 
-from . import wire
+from .. import wire
 
 RECV_POLL_MS = 250
 _seq = itertools.count(1)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,45 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from tools.harness import events as read_events  # noqa: F401 - the tests' names
+from tools.harness import free_ports as free_port_range
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
 DATA = Path(__file__).resolve().parent / "data"
 PY = sys.executable
-
-
-def free_port_range(width: int = 60) -> tuple[int, int]:
-    """A block of ports below Linux's ephemeral range (32768+), so that outgoing
-    connections of other processes never take the job's registry port."""
-    import random
-
-    rng = random.Random()
-    for _ in range(200):
-        lo = rng.randrange(20000, 32000 - width)
-        if _all_free(lo, lo + 8):
-            return lo, lo + width
-    raise RuntimeError("no free port range")
-
-
-def _all_free(lo: int, hi: int) -> bool:
-    for p in range(lo, hi):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p))
-            except OSError:
-                return False
-    return True
-
-
-def read_events(path: Path) -> list[dict]:
-    out = []
-    try:
-        text = path.read_text()
-    except OSError:
-        return out
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):
-            out.append(json.loads(line))
-    return out
 
 
 def wait_for(pred, timeout: float, every: float = 0.2, what: str = "condition"):

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.netns import SSH_OPTIONS, write_sshd_files
+from tools.hosts.netns import SSH_OPTIONS, write_sshd_files
 
 ADDRESSES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 

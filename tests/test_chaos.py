@@ -1,4 +1,4 @@
-"""A short chaos run on the CartPole PPO job (`tools/chaos.py`): one kill -9 of
+"""A short chaos run on the CartPole PPO job (`tools/faults/chaos.py`): one kill -9 of
 each kind of role (sampler, replay shard, learner, evaluator, registry) at
 seeded moments; each is restarted (the learner on its warm spare) and training
 recovers; the job then reaches its target."""
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e  # real processes
 
 @pytest.mark.timeout(900)
 def test_every_kind_killed_once_recovers_and_the_job_reaches_its_target():
-    r = subprocess.run([PY, str(ROOT / "tools" / "chaos.py"), "--seed", "1"], cwd=ROOT,
+    r = subprocess.run([PY, str(ROOT / "tools" / "faults" / "chaos.py"), "--seed", "1"], cwd=ROOT,
                        capture_output=True, text=True, timeout=880)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     rows = [line.split() for line in r.stdout.splitlines()

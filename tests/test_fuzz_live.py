@@ -1,4 +1,4 @@
-"""Hostile frames against a live job (a short `tools/fuzz_wire.py`): every role
+"""Hostile frames against a live job (a short `tools/faults/fuzz_wire.py`): every role
 survives, counts its rejects, stays within a memory bound, and the job still
 reaches its target."""
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e  # real processes
 
 @pytest.mark.timeout(600)
 def test_live_sockets_survive_hostile_frames():
-    r = subprocess.run([PY, str(ROOT / "tools" / "fuzz_wire.py"), "--frames", "500",
+    r = subprocess.run([PY, str(ROOT / "tools" / "faults" / "fuzz_wire.py"), "--frames", "500",
                         "--rss-mb", "50", "--endpoint-s", "60"], cwd=ROOT,
                        capture_output=True, text=True, timeout=580)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]

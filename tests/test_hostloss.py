@@ -1,5 +1,5 @@
 """A host lost with every role on it. Hosts are loopback addresses reached through
-a fake `ssh` (tools/fake_ssh.py) that runs commands here and fails as ssh does
+a fake `ssh` (tools/hosts/fake_ssh.py) that runs commands here and fails as ssh does
 (exit 255) while the host is marked down: samplers on a lost host are waited
 for and restarted when it answers again, the job goes on; a lost registry host
 fails the job with a line naming it, without hanging."""
@@ -23,7 +23,7 @@ from tests.conftest import (
     read_events,
     wait_for,
 )
-from tools.fake_ssh import lose_host
+from tools.hosts.fake_ssh import lose_host
 
 pytestmark = pytest.mark.e2e  # real processes
 
@@ -35,7 +35,7 @@ REGISTRY_AWAY = "127.0.0.2 roles=registry\n127.0.0.3\n"
 def _start(tmp_path, monkeypatch, hosts: str, *sets: str):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "ssh").symlink_to(ROOT / "tools" / "fake_ssh.py")
+    (bin_dir / "ssh").symlink_to(ROOT / "tools" / "hosts" / "fake_ssh.py")
     down = tmp_path / "down"
     down.mkdir()
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")

@@ -1,5 +1,5 @@
 """SAC learns Pendulum-v1: one seed of the job file reaches an evaluation return of
--200 within its 20,000 env-step budget (the three-seed table is tools/seeds.py)."""
+-200 within its 20,000 env-step budget (the three-seed table is tools/bench/seeds.py)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,16 @@
-"""A network partition between hosts that are network namespaces (tools/netns.py):
+"""A network partition between hosts that are network namespaces (tools/hosts/netns.py):
 the main job runs with samplers on two namespace hosts, each reached over SSH;
 host 1's link goes down for longer than heartbeat x liveness, then heals. The
 registry drops host 1's samplers, the rest carry on, the samplers register
 again after the heal and ship experience again, the job reaches its target and
-nothing is left running on either side. The scenario is tools/faults.py's."""
+nothing is left running on either side. The scenario is tools/faults/scenarios.py's."""
 
 from __future__ import annotations
 
 import pytest
 
-from tools.faults import partition
-from tools.netns import unavailable
+from tools.faults.scenarios import partition
+from tools.hosts.netns import unavailable
 
 pytestmark = pytest.mark.e2e  # real processes
 

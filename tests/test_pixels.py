@@ -149,7 +149,7 @@ def test_breakout_trains_from_pixels_in_one_process(tmp_path):
 def test_dqn_with_a_convolutional_encoder_trains_on_uint8_images(tmp_path):
     """DQN on images, briefly: the encoder before the Q head, uint8 images through
     the prioritised replay into sampled batches that the learner accepts (how far
-    it learns: `python tools/seeds.py --job configs/catch_dqn.toml --target 0.9`)."""
+    it learns: `python tools/bench/seeds.py --job configs/catch_dqn.toml --target 0.9`)."""
     evs = run_events("catch_dqn.toml", tmp_path, "training.total_timesteps=2000",
                      "replay.min_size_to_sample=500", "replay.samples_per_insert=8",
                      "evaluation.interval_steps=2000", "evaluation.n_eval_episodes=10",

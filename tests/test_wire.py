@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from verl_zmq import wire
-from verl_zmq.wire.samples import samples
+from verl_zmq.wire.samples import mutate, samples
 
 SAMPLES = samples()
 KINDS = [type(m).__name__ for m in SAMPLES]
@@ -157,37 +157,12 @@ def test_frame_count_mismatch_and_ext_types_rejected():
         wire.decode([ext])
 
 
-def _mutate(frames: list[bytes], rng: random.Random) -> list[bytes]:
-    frames = [bytearray(f) for f in frames]
-    op = rng.randrange(7)
-    i = rng.randrange(len(frames))
-    f = frames[i]
-    if op == 0 and f:
-        for _ in range(rng.randint(1, 8)):
-            f[rng.randrange(len(f))] = rng.randrange(256)
-    elif op == 1:
-        del f[rng.randrange(len(f) + 1):]
-    elif op == 2:
-        frames.append(bytearray(rng.randbytes(rng.randrange(64))))
-    elif op == 3 and len(frames) > 1:
-        frames.pop(i)
-    elif op == 4:
-        f[rng.randrange(len(f) + 1):rng.randrange(len(f) + 1)] = rng.randbytes(rng.randrange(16))
-    elif op == 5:
-        frames = [bytearray(rng.randbytes(rng.randrange(200))) for _ in range(rng.randint(1, 3))]
-    else:
-        h = msgpack.unpackb(bytes(frames[0]), raw=False)
-        h[rng.choice(list(h))] = rng.choice([None, 1, -1, "x", b"\x00", [], {}, 2**64 - 1, 1.5])
-        frames[0] = bytearray(msgpack.packb(h, use_bin_type=True))
-    return [bytes(x) for x in frames]
-
-
 def test_ten_thousand_seeded_mutations_raise_only_wire_error():
     rng = random.Random(1234)
     encoded = [[bytes(f) for f in wire.encode(m)] for m in SAMPLES]
     outcomes = {"ok": 0, "rejected": 0}
     for n in range(10_000):
-        frames = _mutate(encoded[n % len(encoded)], rng)
+        frames = mutate(encoded[n % len(encoded)], rng)
         try:
             wire.decode(frames)
             outcomes["ok"] += 1
@@ -232,4 +207,4 @@ def test_random_headers_raise_only_wire_error(kind, fields, arrays, extra):
 def test_mutated_valid_messages_raise_only_wire_error(idx, seed):
     frames = [bytes(f) for f in wire.encode(SAMPLES[idx])]
     with contextlib.suppress(wire.WireError):
-        wire.decode(_mutate(frames, random.Random(seed)))
+        wire.decode(mutate(frames, random.Random(seed)))

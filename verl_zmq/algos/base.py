@@ -236,6 +236,11 @@ class Algorithm(ABC):
             for k, v in own.items():
                 v.copy_(torch.from_numpy(np.array(arrays[k], dtype=np.float32)))
 
+    def take_updates(self, updates: int) -> None:
+        """Continue counting from `updates` (a data-parallel rank takes rank 0's count
+        with its weights): the algorithm's schedules and target updates follow it."""
+        self.updates = int(updates)
+
     def state_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"updates": self.updates}
         for name in self.state_attrs:

@@ -125,8 +125,9 @@ class LearnerRole(Role):
         modules = [v for v in owned if isinstance(v, torch.nn.Module) or torch.is_tensor(v)]
         opts = [v for v in owned if isinstance(v, torch.optim.Optimizer)]
         s = self.trainer.state
-        s.env_steps, s.version, self.algo.updates = await asyncio.to_thread(
+        s.env_steps, s.version, updates = await asyncio.to_thread(
             g.broadcast_state, modules, opts, [s.env_steps, s.version, self.algo.updates])
+        self.algo.take_updates(updates)
         g.group_steps = s.env_steps
         self.formed = {m.id: m.incarnation for m in ranks.values()}
         self.log.info("learner_group_formed", rank=g.rank, world=g.world, backend=g.backend,

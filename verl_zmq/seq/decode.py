@@ -8,7 +8,7 @@ buffer unchanged (a finished response waiting for its group) keeps its
 features, anything else (a new prompt, another batch) takes a whole-prefix pass
 that fills the cache again. The layers are run by hand with the weights of
 `nn.TransformerEncoderLayer` (pre-norm), so the features equal the module's own
-(`tests/test_posttrain.py`); `tools/bench_decode.py` measures both ways.
+(`tests/test_posttrain.py`); `tools/bench/decode.py` measures both ways.
 """
 
 from __future__ import annotations

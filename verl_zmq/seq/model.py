@@ -5,7 +5,7 @@ policy reads the position of the last token. Actions are the tokens from
 `FIRST_ACTION_TOKEN` up, so the vocabulary is the action count plus the tokens
 below it. Acting uses a key/value cache (`decode.py`): at a sampler's batch of
 64 buffers it generates a response 2.5 times faster than recomputing the whole
-prefix each step (`tools/bench_decode.py`); learning takes one pass per response.
+prefix each step (`tools/bench/decode.py`); learning takes one pass per response.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+
+import msgpack
 import numpy as np
 
 from .. import wire
@@ -79,3 +82,31 @@ def samples() -> list[wire.Message]:
                          arrays={"grad": np.ones(16, np.float32)}),
         wire.Shutdown(reason="target_reached"),
     ]
+
+
+def mutate(frames: list[bytes], rng: random.Random) -> list[bytes]:
+    """A random corruption of a message's frames: bytes flipped, cut, inserted or
+    dropped, frames added or removed, junk, or a header value replaced; what the
+    codec tests and the fuzzers (tools/faults/) throw at decoders."""
+    out = [bytearray(f) for f in frames]
+    op = rng.randrange(7)
+    i = rng.randrange(len(out))
+    f = out[i]
+    if op == 0 and f:
+        for _ in range(rng.randint(1, 8)):
+            f[rng.randrange(len(f))] = rng.randrange(256)
+    elif op == 1:
+        del f[rng.randrange(len(f) + 1):]
+    elif op == 2:
+        out.append(bytearray(rng.randbytes(rng.randrange(64))))
+    elif op == 3 and len(out) > 1:
+        out.pop(i)
+    elif op == 4:
+        f[rng.randrange(len(f) + 1):rng.randrange(len(f) + 1)] = rng.randbytes(rng.randrange(16))
+    elif op == 5:
+        out = [bytearray(rng.randbytes(rng.randrange(200))) for _ in range(rng.randint(1, 3))]
+    else:
+        h = msgpack.unpackb(bytes(out[0]), raw=False)
+        h[rng.choice(list(h))] = rng.choice([None, 1, -1, "x", b"\x00", [], {}, 2**64 - 1, 1.5])
+        out[0] = bytearray(msgpack.packb(h, use_bin_type=True))
+    return [bytes(x) for x in out]

@@ -6,18 +6,20 @@ one invocation; `--arms numpy exec` compares the fork server (the default) with
 every local role started as its own interpreter. Also: when the learner's role
 started (it imports torch) and when it finished its first update.
 
-    python tools/startup.py [--launches 5] [--job configs/cartpole_ppo.toml] [--arms numpy]
+    python tools/bench/startup.py [--launches 5] [--job configs/cartpole_ppo.toml] [--arms numpy]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _jobs import ROOT, events, sampling_start, start, stop
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
+from tools.harness import ROOT, events, sampling_start, start, stop  # noqa: E402
 
 # "exec": numpy samplers, each local role its own interpreter (no fork server)
 ARMS = {"numpy": ['sampling.inference="numpy"'], "torch": ['sampling.inference="torch"'],

@@ -4,7 +4,7 @@ weights, update 256 priorities, at capacities 100k and 1M; ours (vectorised
 SumTree, preallocated ring) against a plain Python/numpy reference (the
 textbook per-item SumTree) timed in the same run. Prints microseconds and ratios.
 
-    python tools/bench_replay.py [--capacities 100000 1000000]
+    python tools/bench/replay.py [--capacities 100000 1000000]
 """
 
 from __future__ import annotations

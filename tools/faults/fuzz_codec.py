@@ -2,7 +2,7 @@
 """Fuzz the codec: for every message kind, N mutations of a valid message plus
 N random frame lists; decode must raise WireError and nothing else.
 
-    python tools/fuzz_codec.py [--per-kind 10000] [--seed 0]
+    python tools/faults/fuzz_codec.py [--per-kind 10000] [--seed 0]
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ import sys
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from test_wire import _mutate  # noqa: E402  (the same mutator the tests use)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
 
 from verl_zmq import wire  # noqa: E402
-from verl_zmq.wire.samples import samples  # noqa: E402
+from verl_zmq.wire.samples import (
+    mutate,  # noqa: E402
+    samples,  # noqa: E402
+)
 
 
 def main() -> int:
@@ -36,7 +37,7 @@ def main() -> int:
             if i % 4 == 3:
                 case = [rng.randbytes(rng.randrange(256)) for _ in range(rng.randint(0, 3))]
             else:
-                case = _mutate(frames, rng)
+                case = mutate(frames, rng)
             try:
                 wire.decode(case)
                 counts[0] += 1

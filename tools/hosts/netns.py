@@ -1,5 +1,5 @@
 """Hosts as Linux network namespaces on this machine, for fault tests and
-tools/faults.py: host 0 and each other host are joined by a veth pair (host i
+tools/faults/scenarios.py: host 0 and each other host are joined by a veth pair (host i
 is 10.77.i.2, host 0's end of its link 10.77.i.1), every host runs its own
 sshd on port 22, and the launcher runs inside host 0. A partition is a link
 brought down; a lost host is one whose every process is killed and whose link

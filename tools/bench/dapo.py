@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Decentralised DAPO against single-learner PPO on CartPole, arms side by side
-in one invocation, same seeds; `tools/bench_learning.py dapo-cartpole` runs it.
+in one invocation, same seeds; `tools/bench/learning.py dapo-cartpole` runs it.
 
 Arms (all with 4 x 8 envs' worth of samplers and the DAPO job's
 hyperparameters; budgets and evaluation intervals stated for the whole group, so
@@ -24,8 +24,8 @@ target; then per arm the mean with a bootstrap 90% interval, and the ratio of
 means to `ppo`. (Peers that average gradients hold identical parameters, so
 "every peer" is also their average's.)
 
-    python tools/bench_dapo.py [--seeds 0 1 2] [--arms dapo dapo-alone ppo]
-    python tools/bench_dapo.py --task pendulum --arms dapo dapo-alone ppo  # to -300
+    python tools/bench/dapo.py [--seeds 0 1 2] [--arms dapo dapo-alone ppo]
+    python tools/bench/dapo.py --task pendulum --arms dapo dapo-alone ppo  # to -300
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _jobs import ROOT, events, launch, sampling_start
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
+from tools.harness import ROOT, events, launch, sampling_start  # noqa: E402
 
 DAPO_JOB = "configs/cartpole_dapo.toml"
 PPO_JOB = "configs/cartpole_ppo.toml"

@@ -10,7 +10,7 @@ from its k neighbours and mixes theta <- (1 - a) theta + a * mean(theta_neighbou
 of parameters (Frobenius distance to their mean) relative to the initial
 spread; then rounds to a relative spread below 1e-3, or "not within the cap".
 
-    python tools/gossip_sim.py [--sizes 16 64 256 1024] [--cap 5000] [--k 2] [--rate 0.5]
+    python tools/sim/gossip.py [--sizes 16 64 256 1024] [--cap 5000] [--k 2] [--rate 0.5]
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 each reported as: what happened, the time to detect, the time to recover (or to
 stop), and whether the job ended as it should.
 
-- `host-loss`: samplers on a second host, a network namespace (tools/netns.py),
+- `host-loss`: samplers on a second host, a network namespace (tools/hosts/netns.py),
   which crashes (every process in it killed, its link down) and boots 5 s later:
   the job goes on, probes the host with backoff, restarts its samplers when it
   answers, reaches its target, and names the lost host in its summary.
@@ -21,8 +21,8 @@ stop), and whether the job ended as it should.
 The namespace scenarios need root, `ip netns`, sshd and the ssh client; each
 reports `"ran": false` with the reason where they are missing.
 
-    sudo python tools/faults.py                 # every scenario
-    sudo python tools/faults.py --scenarios disk-full
+    sudo python tools/faults/scenarios.py                 # every scenario
+    sudo python tools/faults/scenarios.py --scenarios disk-full
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools._jobs import events, start  # noqa: E402
+from tools.harness import events, start  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "configs" / "cartpole_ppo.toml"
 
 
@@ -120,7 +120,7 @@ def _final(run: Path, prefix: str, key: str) -> float:
 
 
 class _LabJob:
-    """The main job on two namespace hosts (tools/netns.py): everything on host 0,
+    """The main job on two namespace hosts (tools/hosts/netns.py): everything on host 0,
     samplers on both; the launcher runs inside host 0."""
 
     def __init__(self, lab, tmp: Path, name: str, overrides: list[str]):
@@ -169,7 +169,7 @@ class _LabJob:
 
 
 def _lab(tmp: Path, scenario: str):
-    from tools.netns import Lab, unavailable
+    from tools.hosts.netns import Lab, unavailable
 
     why = unavailable()
     return (None, {"scenario": scenario, "ran": False, "why": why}) if why else \

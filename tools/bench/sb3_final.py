@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """One Stable-Baselines3 run with rl-baselines3-zoo's hyperparameters to the
-budget, its final model then evaluated as `tools/bench_suite.py` evaluates ours:
+budget, its final model then evaluated as `tools/bench/suite.py` evaluates ours:
 deterministic, one episode per seed from `first_seed`, observations normalised
 with the training statistics frozen (the zoo's `normalize: true` is SB3's
 VecNormalize). Run by `bench_suite.py --sb3` in a process of its own; prints one
 JSON line: {"final": mean return, "wall_s": training seconds}.
 
-    python tools/sb3_final.py '{"algo": "PPO", "env": "Acrobot-v1", "n_envs": 16,
+    python tools/bench/sb3_final.py '{"algo": "PPO", "env": "Acrobot-v1", "n_envs": 16,
         "normalize": true, "kwargs": {"n_steps": 256}, "budget": 1000000,
         "seed": 0, "episodes": 100, "first_seed": 1000000}'
 """

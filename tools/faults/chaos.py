@@ -11,8 +11,8 @@ return target afterwards.
 A learner or peer is killed once its warm spare is up (`--cold`: at once, a
 cold restart when the spare is not there yet).
 
-    python tools/chaos.py [JOB] [--seed 0] [--rounds 1] [--target 475] [--cold]
-    python tools/chaos.py --kinds registry --rounds 6    # one kind, again and again
+    python tools/faults/chaos.py [JOB] [--seed 0] [--rounds 1] [--target 475] [--cold]
+    python tools/faults/chaos.py --kinds registry --rounds 6    # one kind, again and again
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _jobs import ROOT, events, start, stop
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
+from tools.harness import ROOT, events, start, stop  # noqa: E402
 
 KINDS = ("sampler", "replay", "learner", "evaluator", "registry")
 

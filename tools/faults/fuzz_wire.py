@@ -10,7 +10,7 @@ memory grew past --rss-mb, and that the job still reaches its target.
 Valid commands (Register, Deregister, Shutdown, SampleRequest) are not used as
 seeds for mutation: a well-formed one does what it says, which is not the point.
 
-    python tools/fuzz_wire.py [--job configs/cartpole_ppo.toml] [--frames 10000] [--seed 0]
+    python tools/faults/fuzz_wire.py [--job configs/cartpole_ppo.toml] [--frames 10000] [--seed 0]
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ from pathlib import Path
 import msgpack
 import zmq
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from _jobs import ROOT, events, rss_mb, start, stop  # noqa: E402
-from test_wire import _mutate  # noqa: E402  (the mutator the codec tests use)
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
+from tools.harness import ROOT, events, rss_mb, start, stop  # noqa: E402  # noqa: E402
 from verl_zmq import wire  # noqa: E402
-from verl_zmq.wire.samples import samples  # noqa: E402
+from verl_zmq.wire.samples import (
+    mutate,  # noqa: E402
+    samples,  # noqa: E402
+)
 
 CLIENT = {"registry": zmq.DEALER, "requests": zmq.DEALER, "gossip": zmq.DEALER,
           "fragments": zmq.PUSH}
@@ -52,7 +53,7 @@ def cases(rng: random.Random):
         if r < 3:
             yield "random", [rng.randbytes(rng.randrange(512)) for _ in range(rng.randint(1, 3))]
         elif r < 7:
-            yield "mutated", _mutate(base, rng)
+            yield "mutated", mutate(base, rng)
         elif r == 7:
             h = dict(header, v=rng.choice([0, 2, 99, "1", None]))
             yield "version", [msgpack.packb(h, use_bin_type=True)]

@@ -12,12 +12,12 @@ lambda, entropy, epochs, batch, schedules), so the systems are compared; where
 the job file's own hyperparameters differ (ppo-cartpole), "shipped" also runs
 it exactly as shipped.
 
-    python tools/bench_learning.py {ppo-cartpole,sac-pendulum,dqn-cartpole} [--seeds 0]
-    python tools/bench_learning.py lunarlander-ppo [--seeds 0 1 2]    # box2d extra; long
-    python tools/bench_learning.py dapo-cartpole [--seeds 0 1 2]
-    python tools/bench_learning.py bc-cartpole [--seeds 0 1 2]
+    python tools/bench/learning.py {ppo-cartpole,sac-pendulum,dqn-cartpole} [--seeds 0]
+    python tools/bench/learning.py lunarlander-ppo [--seeds 0 1 2]    # box2d extra; long
+    python tools/bench/learning.py dapo-cartpole [--seeds 0 1 2]
+    python tools/bench/learning.py bc-cartpole [--seeds 0 1 2]
 
-`dapo-cartpole` runs `tools/bench_dapo.py`: decentralised DAPO (4 peers, one
+`dapo-cartpole` runs `tools/bench/dapo.py`: decentralised DAPO (4 peers, one
 sampler of 8 envs each) as shipped, with the group's batch shared and exact
 mixing, and with mixing off, against single-learner PPO fed by the same 4 x 8
 envs with the global batch and with 4 times it: total env steps (all trainers
@@ -35,7 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _jobs import ROOT, launch, sampling_start, time_to_return
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
+from tools.harness import ROOT, launch, sampling_start, time_to_return  # noqa: E402
 
 # rl-baselines3-zoo hyperparameters (hyperparams/ppo.yml, CartPole-v1)
 ZOO = {

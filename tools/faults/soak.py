@@ -8,7 +8,7 @@ the end, and the growth; then what the overload must cause (the shard full, the
 shard not reading and the samplers blocked on sending, both counted in seconds)
 and whether any role died.
 
-    python tools/soak.py [--seconds 600] [--max-growth-pct 5] [--max-growth-mb 50]
+    python tools/faults/soak.py [--seconds 600] [--max-growth-pct 5] [--max-growth-mb 50]
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _jobs import ROOT, events, rss_mb, start, stop
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
+from tools.harness import ROOT, events, rss_mb, start, stop  # noqa: E402
 
 
 def main() -> int:

@@ -15,15 +15,15 @@ steps and wall seconds to the zoo's return in training (mean over the seeds
 that got there); pass when the mean final return is at or above the zoo's and
 no seed's is more than 10% of its magnitude below it.
 
-    python tools/bench_suite.py --quick --seeds 0 1 2 [--markdown table.md]
-    python tools/bench_suite.py --long                # BipedalWalker, HalfCheetah, LunarLander DQN
-    python tools/bench_suite.py --tasks acrobot-dqn pendulum-sac --seeds 0
-    python tools/bench_suite.py --tasks cartpole-dqn --set algorithm.params.lr_schedule=\"linear\"
-    python tools/bench_suite.py --tasks acrobot-ppo --sb3   # and SB3 on the same seeds
+    python tools/bench/suite.py --quick --seeds 0 1 2 [--markdown table.md]
+    python tools/bench/suite.py --long                # BipedalWalker, HalfCheetah, LunarLander DQN
+    python tools/bench/suite.py --tasks acrobot-dqn pendulum-sac --seeds 0
+    python tools/bench/suite.py --tasks cartpole-dqn --set algorithm.params.lr_schedule=\"linear\"
+    python tools/bench/suite.py --tasks acrobot-ppo --sb3   # and SB3 on the same seeds
 
 With `--sb3` (the `bench` extra), each seed of a task with the zoo's SB3 settings
 below also trains Stable-Baselines3 with them to the same budget, its final
-model evaluated on the same episodes (`tools/sb3_final.py`): the zoo's figure is
+model evaluated on the same episodes (`tools/bench/sb3_final.py`): the zoo's figure is
 one run, and this says what its settings give on these seeds.
 """
 
@@ -39,8 +39,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _jobs import ROOT, launch, launcher_start, time_to_return
-from bench_learning import ZOO
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
+from tools.bench.learning import ZOO  # noqa: E402
+from tools.harness import ROOT, launch, launcher_start, time_to_return  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def run_sb3(task: Task, seed: int, episodes: int) -> float | None:
     payload = {k: cfg[k] for k in ("algo", "env", "n_envs", "kwargs")}
     payload.update(normalize=cfg.get("normalize", False), budget=task.budget, seed=seed,
                    episodes=episodes, first_seed=FINAL_SEEDS)
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "sb3_final.py"),
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "bench" / "sb3_final.py"),
                         json.dumps(payload)], capture_output=True, text=True, timeout=6 * 3600)
     if r.returncode != 0:
         raise RuntimeError(f"sb3_final.py: {r.stderr[-2000:]}")

@@ -11,18 +11,20 @@ Throughput (`--throughput`): a learner-bound run (`n_epochs = 40`, no
 evaluator, a fixed budget): updates per second of the learner (rank 0) from its
 first update to the end of training, 2 learners over 1.
 
-    python tools/bench_learners.py [--seeds 0 1 2 3 4] [--throughput]
+    python tools/bench/learners.py [--seeds 0 1 2 3 4] [--throughput]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _jobs import ROOT, events, launch
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
+from tools.harness import ROOT, events, launch  # noqa: E402
 
 JOB = ROOT / "configs" / "cartpole_ppo.toml"
 BUDGET = 200_000

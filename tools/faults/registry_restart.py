@@ -5,7 +5,7 @@ restarts the registry; every member registers again). Repeats on fresh jobs and
 prints, per run, the version before the kill and the versions seen after, and
 how many reconnects to a shard the restart caused.
 
-    python tools/registry_restart.py [JOB] [--runs 6]
+    python tools/faults/registry_restart.py [JOB] [--runs 6]
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _jobs import ROOT, events
-from chaos import Run, wait
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
+from tools.faults.chaos import Run, wait  # noqa: E402
+from tools.harness import ROOT, events  # noqa: E402
 
 
 def one(job: str, tmp: Path) -> tuple[bool, int, str]:

@@ -9,17 +9,19 @@ A round is complete when every peer logged it; its total should be
 N x min(k, N - 1), less exchanges to peers that were dead or not yet known.
 Prints the per-round totals and the expected value.
 
-    python tools/gossip_count.py [--peers 2 4 8] [--seconds 20]
+    python tools/bench/gossip_count.py [--peers 2 4 8] [--seconds 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from _jobs import ROOT, events, launch
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
+from tools.harness import ROOT, events, launch  # noqa: E402
 
 
 def count(n: int, seconds: float) -> tuple[dict[int, list[int]], int]:

@@ -13,8 +13,8 @@ with verl-launch on this machine, one seed after the other.
   policy's mean reward (sampled responses, and greedy) against GRPO's greedy
   evaluations at the end of its budget.
 
-    python tools/bench_posttrain.py --seeds 0 1 2
-    python tools/bench_posttrain.py --arms scratch --seeds 0 --set algorithm.params.kl_coef=0
+    python tools/bench/posttrain.py --seeds 0 1 2
+    python tools/bench/posttrain.py --arms scratch --seeds 0 --set algorithm.params.kl_coef=0
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tools._jobs import events, launch, launcher_start, time_to_return  # noqa: E402
+from tools.harness import events, launch, launcher_start, time_to_return  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REVERSE = ROOT / "configs" / "reverse_grpo.toml"
 DIGITSUM = ROOT / "configs" / "digitsum_grpo.toml"
 

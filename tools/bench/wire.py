@@ -19,7 +19,7 @@ copies, no episode ends inside the fragment).
 Each side's time is the fastest of `--repeats` interleaved repeats (each the
 mean over a loop of about 0.2 s, garbage collection included).
 
-    python tools/bench_wire.py [--repeats 7] [--frames]
+    python tools/bench/wire.py [--repeats 7] [--frames]
 """
 
 from __future__ import annotations

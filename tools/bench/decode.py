@@ -6,8 +6,8 @@ weights. Checks that both give the same logits, then times generating a whole
 response for a batch of prompts both ways, side by side, in one process and
 one thread.
 
-    python tools/bench_decode.py                        # the shipped reversal job
-    python tools/bench_decode.py --batch 64 256 --d-model 64 128
+    python tools/bench/decode.py                        # the shipped reversal job
+    python tools/bench/decode.py --batch 64 256 --d-model 64 128
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from verl_zmq.config import load_job  # noqa: E402
 from verl_zmq.envs.make import env_spec  # noqa: E402
 from verl_zmq.seq.model import TokenActorCritic  # noqa: E402
 from verl_zmq.seq.tasks import FIRST_ACTION_TOKEN, SEP  # noqa: E402
 
-JOB = Path(__file__).resolve().parent.parent / "configs" / "reverse_grpo.toml"
+JOB = Path(__file__).resolve().parents[2] / "configs" / "reverse_grpo.toml"
 
 
 def generate(net: TokenActorCritic, prompts: torch.Tensor, steps: int, L: int,

@@ -7,9 +7,9 @@
     batches without training (real processes, verl-launch), env-steps/s counted
     by the learner after warm-up; and the ratio (b)/(a).
 
-    python tools/bench_throughput.py [--envs 8 32] [--seconds 20]
-    python tools/bench_throughput.py --curve   # the pipeline with CURVE against without
-    python tools/bench_throughput.py --env atari   # Breakout, the Atari preset, Nature CNN
+    python tools/bench/throughput.py [--envs 8 32] [--seconds 20]
+    python tools/bench/throughput.py --curve   # the pipeline with CURVE against without
+    python tools/bench/throughput.py --env atari   # Breakout, the Atari preset, Nature CNN
 
 With `--env atari` it also prints Atari frames per second (4 per env step: the
 preset skips frames) and per core: the bare loop runs on one core, the pipeline
@@ -23,11 +23,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _jobs import ROOT, events, launch
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
+from tools.harness import ROOT, events, launch  # noqa: E402
 
 JOBS = {"cartpole": ROOT / "configs" / "cartpole_ppo.toml",
         "atari": ROOT / "configs" / "breakout_ppo.toml"}

@@ -8,7 +8,7 @@ run never reaches the target. Also per run: the share of fragments the learners
 dropped for lag, the share of their time the samplers waited for params, and the
 largest mean Q of a sampled batch (DQN: above 1/(1-gamma) it overestimates).
 
-    python tools/seeds.py [--job configs/cartpole_ppo.toml] [--target 475] [--seeds 0 1 2]
+    python tools/bench/seeds.py [--job configs/cartpole_ppo.toml] [--target 475] [--seeds 0 1 2]
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-from _jobs import ROOT, events, launch, launcher_start, time_to_return
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
+from tools.harness import ROOT, events, launch, launcher_start, time_to_return  # noqa: E402
 
 
 def pipeline(run: Path) -> tuple[float | None, float | None]:

@@ -183,3 +183,11 @@ def test_roles_announce_the_endpoints_their_traits_declare():
                     and isinstance(node.value, ast.Dict):
                 keys |= {ast.literal_eval(k) for k in node.value.keys if k is not None}
         assert keys <= set(traits.endpoints), (role, keys)
+
+
+def test_nothing_probes_params_or_feeds_with_getattr():
+    """Algorithm knowledge goes through traits, feeds through their protocol."""
+    probe = re.compile(r"getattr\([^,()]*\b(params|feed)\b")
+    bad = [f"{p.relative_to(ROOT)}:{i}" for p in _sources()
+           for i, line in enumerate(p.read_text().splitlines(), 1) if probe.search(line)]
+    assert not bad, bad

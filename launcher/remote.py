@@ -187,11 +187,13 @@ class RoleProcess:
         self.spare = await self._spawn(self.spare_argv)
         return True
 
-    def drop_spare(self) -> None:
-        if self.spare is not None and self.spare.returncode is None:
+    def drop_spare(self) -> asyncio.subprocess.Process | None:
+        """Kill the warm spare (idle: nothing to lose); the process, to be reaped."""
+        spare, self.spare = self.spare, None
+        if spare is not None and spare.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.spare.pid, signal.SIGKILL)  # idle: nothing to lose
-        self.spare = None
+                os.killpg(spare.pid, signal.SIGKILL)
+        return spare
 
     @property
     def running(self) -> bool:

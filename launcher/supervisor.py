@@ -22,37 +22,16 @@ from .affinity import cpu_specs
 from .forking import ForkedProcess, ForkServer
 from .plan import Placement, Plan
 from .remote import RoleProcess, check_reachable, full_argv, make_bundle
+from .report import CHECKPOINT_EVENTS, Progress, Terminal, trainer_ids
 
-EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+# 0 done; 1 a role failed for good; 2 bad input; 3 done, but checkpoints it was
+# asked for were skipped or failed (a full disk); 130 interrupted
+EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CHECKPOINTS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 MAX_BACKOFF_S = 60.0  # restart delays double up to this
 SPARE_AFTER_S = 5.0  # a role's warm spare starts once the role has been up this long
 SPARES_LOST_MAX = 3  # spares of one member that died unused before we stop making them
 SSH_LOST = 255  # ssh's own exit code: the connection failed or broke
 MAX_PROBE_S = 30.0  # the longest wait between two probes of a lost host
-
-
-def fmt_return(x: float | None) -> str:
-    """A return as a person reads it: 4 significant digits, "-" when there is none."""
-    return "-" if x is None else f"{x:.4g}"
-
-
-class Progress:
-    """The progress line, from the run's one reader of progress (`RunView`)."""
-
-    def __init__(self, view: RunView, total: int):
-        self.view = view
-        self.total = total
-        self.t0 = time.monotonic()
-
-    def line(self) -> str:
-        v = self.view
-        elapsed = time.monotonic() - self.t0
-        rets = v.eval_returns
-        rate = v.steps_per_s()
-        eta = f"{(self.total - v.env_steps) / rate:.0f}s" if rate > 0 else "-"
-        return (f"[{elapsed:6.1f}s] env steps {v.env_steps:,}/{self.total:,} "
-                f"({rate:,.0f}/s) | eval {fmt_return(rets[-1] if rets else None)} "
-                f"(best {fmt_return(max(rets) if rets else None)}) | ETA {eta}")
 
 
 def restart_delay(L, rp: RoleProcess, rc: int, now: float) -> float | None:
@@ -79,12 +58,12 @@ class Supervisor:
     """Runs a plan's roles until the job ends, fails, or is interrupted."""
 
     def __init__(self, job: Job, plan: Plan, run_dir: Path, job_text: str,
-                 keys: dict | None, log, console=sys.stderr):
+                 keys: dict | None, log, terminal: Terminal | None = None):
         self.job = job
         self.plan = plan
         self.run_dir = run_dir
         self.log = log
-        self.console = console
+        self.term = terminal or Terminal(sys.stderr)
         self.logs = run_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         bundle = make_bundle(job_text, keys)
@@ -103,7 +82,7 @@ class Supervisor:
         # DAPO's peers together: their budget is the group's with share_batch, else each's
         T, peers = job.training, max(1, job.launch.peers) if job.traits.decentralised else 1
         self.progress = Progress(self.view, T.total_timesteps * (
-            1 if job.gossip.share_batch else peers))
+            1 if job.gossip.share_batch else peers), trainer_ids(plan.placements))
         self.stopping = False
         self.interrupts = 0
         self.failed: list[str] = []
@@ -135,9 +114,7 @@ class Supervisor:
             for rp in self.procs:
                 rp.signal(signal.SIGKILL)
             return
-        with contextlib.suppress(OSError, ValueError):
-            self.console.write(f"\n{signal.Signals(sig).name}: stopping every role "
-                               f"(again to stop at once)\n")
+        self.term.say(f"{signal.Signals(sig).name}: stopping every role (again to stop at once)")
         self.log.info("launcher_interrupted", signal=signal.Signals(sig).name)
 
     async def _watch(self, rp: RoleProcess) -> None:
@@ -195,10 +172,8 @@ class Supervisor:
                        error=why)
         if self._vital(p):
             self.failed.append(p.member_id)
-            with contextlib.suppress(OSError, ValueError):
-                self.console.write(f"\nerror: host {host.ssh_target} (hosts line {host.line}) "
-                                   f"is unreachable ({why}): its {p.role} {p.member_id} is "
-                                   f"lost, the job fails\n")
+            self.term.say(f"error: host {host.ssh_target} (hosts line {host.line}) is "
+                          f"unreachable ({why}): its {p.role} {p.member_id} is lost, the job fails")
             self.outcome = EXIT_FAILED
             self.stopping = True
             self.wake.set()
@@ -267,12 +242,13 @@ class Supervisor:
         return reg_done or bool(trainers and all(ended) and clean)
 
     async def _progress_loop(self) -> None:
-        tty = self.console.isatty()
-        every = 0.5 if tty else 10.0
-        next_print = time.monotonic() + every
+        every = 0.5 if self.term.tty else 10.0
+        # a plain log (not a terminal) gets its first line early: what the job waits for
+        next_print = time.monotonic() + min(every, 2.0)
         while True:
             await asyncio.sleep(0.5)
             new = self.view.poll()
+            self.term.role_events(new)
             if self.tb is not None:
                 try:
                     self.tb.write(new)
@@ -282,10 +258,7 @@ class Supervisor:
                     self.tb = None
             if time.monotonic() >= next_print:
                 next_print = time.monotonic() + every
-                line = self.progress.line()
-                with contextlib.suppress(OSError, ValueError):
-                    self.console.write(("\r" + line + "\x1b[K") if tty else line + "\n")
-                    self.console.flush()
+                self.term.progress(self.progress.line())
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -310,17 +283,19 @@ class Supervisor:
         await self._stop_all(finishing=not self.stopping)
         if forks is not None:
             forks.close()
+            with contextlib.suppress(TimeoutError):  # reaped while the loop runs
+                async with asyncio.timeout(5):
+                    await forks.proc.wait()
         progress.cancel()
         spares.cancel()
         for w in watchers:
             w.cancel()
         new = self.view.poll()
+        self.term.role_events(new)
         if self.tb is not None:
             with contextlib.suppress(OSError):
                 self.tb.close(new)
-        if self.console.isatty():
-            with contextlib.suppress(OSError, ValueError):
-                self.console.write("\n")
+        self.term.end()
         return self.outcome
 
     async def _fork_server(self) -> ForkServer | None:
@@ -342,8 +317,7 @@ class Supervisor:
     async def _stop_all(self, finishing: bool) -> None:
         """Let finishing roles exit on their own, then SIGTERM, grace, SIGKILL."""
         grace = self.job.launch.grace_s
-        for rp in self.procs:
-            rp.drop_spare()
+        spares = [s for rp in self.procs if (s := rp.drop_spare()) is not None]
         if finishing:
             deadline = time.monotonic() + grace
             while any(rp.running for rp in self.procs) and time.monotonic() < deadline:
@@ -364,17 +338,26 @@ class Supervisor:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(5):
                         await rp.proc.wait()
+        for spare in spares:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    await spare.wait()
 
     def summary(self) -> dict:
         v = self.view
         rets = v.eval_returns
-        status = {EXIT_DONE: "done", EXIT_FAILED: "failed", EXIT_INTERRUPTED: "interrupted"}
+        warnings = self.term.digest.as_list()
+        missing = any(w["event"] in CHECKPOINT_EVENTS for w in warnings)
+        outcome = EXIT_CHECKPOINTS if missing and self.outcome == EXIT_DONE else self.outcome
+        status = {EXIT_DONE: "done", EXIT_FAILED: "failed", EXIT_INTERRUPTED: "interrupted",
+                  EXIT_CHECKPOINTS: "done"}
+        best = self.run_dir / "checkpoints" / "best.pt"
         return {
             "experiment": self.job.experiment.name,
             "env_id": self.job.environment.id,
             "algorithm": self.job.algorithm.name,
-            "status": status.get(self.outcome, str(self.outcome)),
-            "exit_code": self.outcome,
+            "status": status.get(outcome, str(outcome)),
+            "exit_code": outcome,
             "started": self.t0,
             "wall_s": round(time.time() - self.t0, 3),
             "env_steps": v.env_steps,
@@ -386,6 +369,9 @@ class Supervisor:
             "fragments_dropped": v.dropped,
             "lost_hosts": {h: sorted(m) for h, m in self.lost.items()},
             "failed_roles": {m: _last_lines(self.logs / f"{m}.err", 5) for m in self.failed},
+            "best_checkpoint": str(best) if best.exists() else None,
+            "checkpoints_missing": missing,
+            "warnings": warnings,
         }
 
 

@@ -54,3 +54,30 @@ class FaultyCartPole(gym.Env):
             raise RuntimeError(f"injected fault at step {self.steps}")
         obs, r, te, tr, info = self.inner.step(action)
         return obs, r, te, tr or self.t >= 500, info
+
+
+class Corridor(gym.Env):
+    """A walk along a corridor of `length` cells from its start: right earns 1, the
+    far end terminates. Registered by this module as `VerlTests/Corridor-v0`, so a
+    job can name it gymnasium's way: `tests.envs:VerlTests/Corridor-v0`."""
+
+    def __init__(self, length: int = 60):
+        self.length = length
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.x = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        right = int(action) == 1
+        self.x = max(0, self.x + (1 if right else -1))
+        obs = np.array([self.x / self.length], np.float32)
+        return obs, float(right), self.x >= self.length, False, {}
+
+
+if "VerlTests/Corridor-v0" not in gym.registry:
+    gym.register(id="VerlTests/Corridor-v0", entry_point=Corridor)

@@ -115,12 +115,15 @@ def algorithm_case(name: str) -> dict:
 
 
 def dry_run_plan(job_file: str) -> str:
-    """The plan `verl-launch --dry-run` prints for a shipped job, with this
-    machine's interpreter and checkout replaced by placeholders."""
+    """The plan `verl-launch --dry-run` prints for a shipped job (the planner's
+    output: placements and commands; the env checks that come before it need
+    each job's optional extras), with this machine's interpreter and checkout
+    replaced by placeholders."""
+    code = ("import sys; from launcher import launch, cli; "
+            "job, rd, plan = launch.load(sys.argv[2], sys.argv[1], (), 'runs/golden', None); "
+            "cli.print_plan(plan, job, rd.resolve())")
     out = subprocess.run(
-        [sys.executable, "-m", "launcher.cli", "--dry-run", "--run-dir", "runs/golden",
-         str(CONFIGS / "hosts.local.txt"),
-         str(CONFIGS / job_file)],
+        [sys.executable, "-c", code, str(CONFIGS / "hosts.local.txt"), str(CONFIGS / job_file)],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=True).stdout
     out = out.replace(sys.executable, "<python>").replace(str(ROOT), "<root>")
     return re.sub(r"\d{8}-\d{6}", "<stamp>", out)

@@ -106,3 +106,20 @@ def test_best_model_is_kept_on_a_confirmed_evaluation(cartpole_run):
     best = torch.load(run / "checkpoints" / "best.pt", weights_only=True)
     assert float(best["eval_return_mean"]) == pytest.approx(kept[-1]["second"])
     assert int(best["env_steps"]) == kept[-1]["env_steps"]
+
+
+@pytest.mark.timeout(900)
+def test_the_terminal_shows_progress_warnings_and_a_closing_block_not_the_launchers_log(
+        cartpole_run):
+    err = cartpole_run["stderr"]
+    lines = err.splitlines()
+    assert not any(" role_started " in ln or " role_exited " in ln for ln in lines), err[-2000:]
+    progress = [ln for ln in lines if ln.startswith("[") and "env steps" in ln]
+    assert progress and "waiting for learner-0" in progress[0], err[-2000:]
+    assert any("sampler-1" in ln and "role_died" in ln for ln in lines), err[-2000:]  # a warning
+    tail = err[err.index("done in "):]
+    for part in ("best checkpoint", "checkpoints/best.pt", "next:", "verl eval", "verl plot"):
+        assert part in tail, tail
+    summary = json.loads((cartpole_run["run"] / "summary.json").read_text())
+    assert summary["best_checkpoint"].endswith("best.pt")
+    assert any(w["event"] == "role_died" for w in summary["warnings"]), summary["warnings"]

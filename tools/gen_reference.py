@@ -1,10 +1,12 @@
 #!/usr/bin/env python
-"""Print the job-file reference (every key, type, default, unit, note) as
-Markdown, from the dataclasses in verl_zmq/config/sections.py. The README's reference is
-this output; tests/test_docs.py checks that it names every key.
+"""The generated references: the job file's (every key, type, default, unit,
+note, from the dataclasses in verl_zmq/config/) and the command line's (every
+command's --help, from the click commands). tests/test_docs.py checks that the
+files under docs/reference/ are this output.
 
-    python tools/gen_reference.py                   # print it
-    python tools/gen_reference.py --write README.md  # replace it between the markers
+    python tools/gen_reference.py            # print the job-file reference
+    python tools/gen_reference.py --cli      # print the command-line reference
+    python tools/gen_reference.py --write    # rewrite both files between their markers
 """
 
 from __future__ import annotations
@@ -77,19 +79,52 @@ def render() -> str:
     return buf.getvalue()
 
 
+def render_cli() -> str:
+    """Every command's help, as a user sees it with -h (80 columns)."""
+    import click
+
+    from launcher.cli import main as launch_main
+    from verl_zmq.cli import main as verl_main
+
+    out = []
+    for prog, cmd in (("verl-launch", launch_main), ("verl", verl_main)):
+        names = [None] if not isinstance(cmd, click.Group) else [None, *sorted(cmd.commands)]
+        for name in names:
+            sub = cmd if name is None else cmd.commands[name]
+            if getattr(sub, "hidden", False):
+                continue
+            title = prog if name is None else f"{prog} {name}"
+            parent = click.Context(cmd, info_name=prog, help_option_names=["-h", "--help"])
+            ctx = click.Context(sub, info_name=title if name is None else name,
+                                parent=None if name is None else parent, terminal_width=80,
+                                help_option_names=["-h", "--help"],
+                                max_content_width=80)
+            out.append(f"### `{title}`\n\n```text\n{sub.get_help(ctx).rstrip()}\n```\n")
+    return "\n".join(out)
+
+
+FILES = {"docs/reference/job-file.md": render, "docs/reference/command-line.md": render_cli}
+
+
+def between_markers(text: str) -> str:
+    start = text.index("\n", text.index("<!-- reference:start")) + 1
+    return text[start:text.index("<!-- reference:end -->")]
+
+
 def main() -> None:
     import sys
     from pathlib import Path
 
-    if len(sys.argv) == 3 and sys.argv[1] == "--write":
-        path = Path(sys.argv[2])
-        text = path.read_text()
-        start = text.index("<!-- reference:start")
-        start = text.index("\n", start) + 1
-        end = text.index("<!-- reference:end -->")
-        path.write_text(text[:start] + render() + text[end:])
+    root = Path(__file__).resolve().parents[1]
+    if sys.argv[1:] == ["--write"]:
+        for rel, fn in FILES.items():
+            path = root / rel
+            text = path.read_text()
+            start = text.index("\n", text.index("<!-- reference:start")) + 1
+            end = text.index("<!-- reference:end -->")
+            path.write_text(text[:start] + fn() + text[end:])
         return
-    print(render(), end="")
+    print(render_cli() if sys.argv[1:] == ["--cli"] else render(), end="")
 
 
 def _print() -> None:

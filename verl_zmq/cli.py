@@ -10,7 +10,10 @@ from pathlib import Path
 import click
 
 from .config import ConfigError, Job, load_job, loads_job
+from .config.loading import blame_override
 from .config.roles import ROLES, default_member_id
+
+JOB_FILE = click.Path(exists=True, dir_okay=False)
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -26,7 +29,7 @@ def _load(job_path: str, overrides: tuple[str, ...]) -> Job:
         raise  # unreachable
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="verl-zmq")
 def main() -> None:
     """verl-zmq: asynchronous distributed actor-learner RL over ZeroMQ."""
@@ -107,9 +110,10 @@ def role(role, job_path, registry, member_id, group, member_index, bind, run_dir
 
 
 @main.command()
-@click.argument("job_path", metavar="JOB")
+@click.argument("job_path", metavar="JOB", type=JOB_FILE)
 @click.option("--set", "overrides", multiple=True, help="Override a job key: section.key=value.")
-@click.option("--run-dir", default=None, help="Run folder (default: runs/<name>/<stamp>).")
+@click.option("--run-dir", default=None, type=click.Path(file_okay=False),
+              help="Run folder (default: runs/<name>/<stamp>).")
 def run(job_path, overrides, run_dir):
     """Run every role of JOB as tasks in this process over inproc:// (for debugging)."""
     job = _load(job_path, overrides)
@@ -118,16 +122,17 @@ def run(job_path, overrides, run_dir):
 
     problems = check_job(job)
     if problems:
-        fail(f"{job_path}: " + " ".join(problems))
+        fail(blame_override(f"{job_path}: " + " ".join(problems), job_path, overrides))
     rd = Path(run_dir) if run_dir else _stamp_dir(job)
     click.echo(f"run folder: {rd}", err=True)
     sys.exit(run_inproc(job, rd))
 
 
 @main.command()
-@click.argument("job_path", metavar="JOB")
+@click.argument("job_path", metavar="JOB", type=JOB_FILE)
 @click.option("--set", "overrides", multiple=True, help="Override a job key: section.key=value.")
-@click.option("--out", required=True, help="Checkpoint to write (algorithm.init_from reads it).")
+@click.option("-o", "--output", "--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="Checkpoint to write (algorithm.init_from reads it).")
 @click.option("--steps", default=1000, show_default=True, help="Gradient steps at most.")
 @click.option("--batch", "batch_prompts", default=64, show_default=True,
               help="Demonstrations per step.")
@@ -159,7 +164,7 @@ def _stamp_dir(job: Job) -> Path:
 
 
 @main.command()
-@click.argument("job_path", metavar="JOB")
+@click.argument("job_path", metavar="JOB", type=JOB_FILE)
 @click.option("--set", "overrides", multiple=True, help="Override a job key: section.key=value.")
 @click.option("--quiet", is_flag=True, help="Print nothing when the job is fine.")
 def check(job_path, overrides, quiet):
@@ -169,7 +174,7 @@ def check(job_path, overrides, quiet):
 
     problems = check_job(job)
     if problems:
-        fail(f"{job_path}: " + " ".join(problems))
+        fail(blame_override(f"{job_path}: " + " ".join(problems), job_path, overrides))
     if not quiet:
         s = job.sampling
         click.echo(f"{job_path}: ok ({job.algorithm.name} on {job.environment.id}, "
@@ -179,8 +184,10 @@ def check(job_path, overrides, quiet):
 @main.command()
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(exists=True, file_okay=False))
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines as they come.")
-@click.option("--role", "roles", multiple=True, help="Only these roles (repeatable).")
-@click.option("--level", default=None, help="Only this level and above.")
+@click.option("--role", "roles", multiple=True, type=click.Choice(ROLES),
+              help="Only these roles (repeatable).")
+@click.option("--level", default=None, type=click.Choice(["debug", "info", "warning", "error"]),
+              help="Only this level and above.")
 @click.option("--event", "events", multiple=True, help="Only these events (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines, not readable ones.")
 def logs(run_dir, follow, roles, level, events, as_json):

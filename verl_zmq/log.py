@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 import structlog
@@ -56,13 +57,17 @@ def _short(v: Any) -> str:
 
 
 class _Tee:
-    """Render JSON for the stream; also print a readable line on a terminal stderr."""
+    """Render JSON for the stream; also hand each event to `echo` (the launcher's
+    terminal), or print a readable line on a terminal stderr."""
 
-    def __init__(self, tty: bool):
+    def __init__(self, tty: bool, echo: Callable[[dict], None] | None = None):
         self.tty = tty
+        self.echo = echo
 
     def __call__(self, _, __, ev: dict) -> str:
-        if self.tty:
+        if self.echo is not None:
+            self.echo(ev)
+        elif self.tty:
             print(readable(ev), file=sys.stderr, flush=True)
         return json.dumps(ev, default=_json_default, separators=(",", ":"))
 
@@ -133,16 +138,18 @@ def errno_name(e: OSError) -> str:
 
 def setup_logging(role: str, member_id: str, group: str = "main", incarnation: int = 0,
                   level: str = "info", stream: IO[str] | None = None,
-                  host: str | None = None) -> structlog.typing.FilteringBoundLogger:
+                  host: str | None = None, echo: Callable[[dict], None] | None = None
+                  ) -> structlog.typing.FilteringBoundLogger:
     """Configure structlog for this process and return the role's bound logger
-    (through `SafeStream`: a log that cannot be written never stops a process)."""
+    (through `SafeStream`: a log that cannot be written never stops a process).
+    `echo` sees every event as well (the launcher's terminal decides what shows)."""
     out = SafeStream(stream or sys.stdout)
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
             _add_ts,
             structlog.processors.dict_tracebacks,
-            _Tee(tty=sys.stderr.isatty() and out.stream is not sys.stderr),
+            _Tee(tty=sys.stderr.isatty() and out.stream is not sys.stderr, echo=echo),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS.get(level, logging.INFO)),
         logger_factory=structlog.PrintLoggerFactory(file=out),

@@ -44,11 +44,29 @@ def check_semantics(job: Job, source: str) -> None:
         raise ConfigError(f"{source}: evaluation.confirm_episodes: expected 0 (3 x "
                           f"n_eval_episodes) or a positive number of episodes, got "
                           f"{job.evaluation.confirm_episodes!r}")
+    _check_wrappers(job, source)
     _check_launch(job, source)
     _check_learners(job, source)
     _check_replay(job, source)
     _check_algorithm(job, source)
     _check_resources(job, source)
+
+
+def _check_wrappers(job: Job, source: str) -> None:
+    """Each of environment.wrappers: "module:Wrapper" or a table with `wrapper` (that
+    string) and optional `kwargs` (a table); imported only where envs are built."""
+    for i, w in enumerate(job.environment.wrappers):
+        where = f"{source}: environment.wrappers[{i}]"
+        if isinstance(w, dict):
+            extra = set(w) - {"wrapper", "kwargs"}
+            if extra or not isinstance(w.get("wrapper"), str) \
+                    or not isinstance(w.get("kwargs", {}), dict):
+                raise ConfigError(f"{where}: expected {{wrapper = \"module:Wrapper\", kwargs "
+                                  f"= {{...}}}}, got {w!r}")
+            w = w["wrapper"]
+        if not isinstance(w, str) or ":" not in w:
+            raise ConfigError(f"{where}: expected \"module:Wrapper\" (an import path), "
+                              f"got {w!r}")
 
 
 def _check_launch(job: Job, source: str) -> None:

@@ -10,6 +10,7 @@ import difflib
 import tomllib
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,7 +37,25 @@ def loads_job(text: str, source: str = "<job>", overrides=()) -> Job:
         raise ConfigError(f"{source}: TOML syntax error: {e}") from None
     for item in overrides:
         apply_override(raw, item, source)
-    return build_job(raw, source)
+    try:
+        return build_job(raw, source)
+    except ConfigError as e:
+        raise ConfigError(blame_override(str(e), source, overrides)) from None
+
+
+def blame_override(message: str, source: str, overrides: Sequence[str]) -> str:
+    """A problem with a key that `--set` gave is `--set`'s, not the job file's:
+    "job.toml: training.x: ..." becomes "--set training.x=1: ..."."""
+    if not message.startswith(f"{source}: "):
+        return message
+    rest = message[len(source) + 2:]
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        head = rest.split(";")[0]
+        if any(rest.startswith(f"{key}{c}") for c in ":[ ") \
+                or rest.startswith(f"unknown key {key}") or f" {key} " in f" {head} ":
+            return f"--set {item}: {rest}"
+    return message
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

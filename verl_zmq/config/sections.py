@@ -49,6 +49,9 @@ class Environment:
     # stacked; for training only, life loss ends episodes and rewards are clipped
     preset: Literal["", "atari"] = ""
     frame_stack: int = 0  # stack the last N image frames on the channel axis; 0: off
+    # gymnasium wrappers applied in order around every env (samplers and evaluator
+    # alike): "module:Wrapper" or {wrapper = "module:Wrapper", kwargs = {...}}
+    wrappers: list[str | dict] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ sampler marks that step invalid.
 from __future__ import annotations
 
 import difflib
+import importlib
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,7 +48,17 @@ def _load_object(path: str, what: str):
 
 
 def resolve_id(env_id: str) -> str:
-    """A registered id as is; `module:Class` registered once under `verl/Class-v0`."""
+    """A registered id as is; gymnasium's `pkg.module:EnvName-v0` (the module is
+    imported, and registers the id); `module:Class` registered once under
+    `verl/Class-v0`."""
+    module, _, name = env_id.rpartition(":")
+    if module and re.fullmatch(r"[\w.\-/]+-v\d+", name):
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise EnvError(f"environment.id {env_id!r}: cannot import {module!r} ({e}); it "
+                           f"must be importable on every host") from None
+        env_id = name
     if ":" not in env_id:
         if env_id not in gym.registry and env_id.startswith("ALE/"):
             try:
@@ -116,9 +128,23 @@ def make_env(cfg: Environment, render_mode: str | None = None,
         raise EnvError(f"environment.kwargs for {cfg.id!r}: {e}") from None
     except ValueError as e:  # the env refused its settings; its message names them
         raise EnvError(f"environment {cfg.id!r}: {e}") from None
+    env = user_wrappers(env, cfg)
     if cfg.reward_fn:
         env = RewardFn(env, _load_object(cfg.reward_fn, "environment.reward_fn"))
     return _image_wrappers(env, cfg, training)
+
+
+def user_wrappers(env: gym.Env, cfg: Environment) -> gym.Env:
+    """`environment.wrappers`, in order, innermost first."""
+    for i, w in enumerate(cfg.wrappers):
+        path, kw = (w["wrapper"], w.get("kwargs", {})) if isinstance(w, dict) else (w, {})
+        cls = _load_object(path, f"environment.wrappers[{i}]")
+        try:
+            env = cls(env, **kw)
+        except (TypeError, ValueError, gym.error.Error) as e:
+            env.close()
+            raise EnvError(f"environment.wrappers[{i}] {path}: {e}") from None
+    return env
 
 
 def _image_wrappers(env: gym.Env, cfg: Environment, training: bool) -> gym.Env:
@@ -142,7 +168,7 @@ def env_seeds(job_seed: int, worker_index: int, num_envs: int) -> list[int]:
 
 def _native_ok(cfg: Environment, env_id: str) -> bool:
     if cfg.vectorization == "sync" or cfg.reward_fn or cfg.max_episode_steps or cfg.preset \
-            or cfg.frame_stack:
+            or cfg.frame_stack or cfg.wrappers:
         return False
     return gym.spec(env_id).vector_entry_point is not None
 

@@ -55,7 +55,8 @@ def eval_cmd(checkpoint, episodes, seed, video_dir, stochastic):
 @click.option("--episodes", default=10, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--stochastic", is_flag=True, help="Sample actions instead of the mode.")
-@click.option("-o", "--output", required=True, help="The .npz to write.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The .npz to write.")
 def record_cmd(checkpoint, episodes, seed, stochastic, output):
     """Record demonstrations from CHECKPOINT's policy (format: see verl_zmq/demos.py)."""
     import numpy as np
@@ -78,7 +79,8 @@ def record_cmd(checkpoint, episodes, seed, stochastic, output):
 @click.command("export")
 @click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["torchscript", "onnx"]), required=True)
-@click.option("-o", "--output", required=True, help="File to write.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="File to write.")
 def export_cmd(checkpoint, fmt, output):
     """Write CHECKPOINT's deterministic policy (obs normalisation included) as one file."""
     import torch
@@ -137,14 +139,15 @@ def top_cmd(run_dir, refresh, once):
 @click.command("plot")
 @click.argument("run_dirs", nargs=-1, required=True,
                 type=click.Path(exists=True, file_okay=False))
-@click.option("-o", "--output", default="curve.png", show_default=True)
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+              help="Image to write (default: RUN_DIR/curve.png, or compare.png for several).")
 def plot_cmd(run_dirs, output):
     """Eval and training return against env steps and wall time, runs overlaid."""
     try:
         from .plot import plot_runs
     except ImportError as e:
         _fail(f"verl plot needs matplotlib (pip install 'verl-zmq[plot]'): {e}")
-    out = plot_runs([Path(d) for d in run_dirs], Path(output))
+    out = plot_runs([Path(d) for d in run_dirs], Path(output) if output else None)
     click.echo(f"wrote {out}")
 
 

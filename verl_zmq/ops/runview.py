@@ -40,6 +40,7 @@ class RunView:
     evals: list[tuple[int, float, float]] = field(default_factory=list)  # steps, ret, ts
     train: list[tuple[int, float, float]] = field(default_factory=list)  # sampler returns
     finished: bool = False
+    trained: set[str] = field(default_factory=set)  # trainers that logged `first_update`
     dropped: int = 0  # fragments the learners dropped for lag (max over them)
     # (log time, env steps) whenever the count rose: rates come from the logs' own
     # clocks, not from how often someone polls
@@ -82,6 +83,8 @@ class RunView:
             self._steps(steps, ts, ev.get("member"))  # fresher than metrics
             self.evals.append((self.env_steps if self._peer_steps else steps,
                                float(ev["eval/return_mean"]), ts))
+        elif name == "first_update":
+            self.trained.add(mid)
         elif name == "training_finished":
             self.finished = True
             if isinstance(ev.get("env_steps"), int):
@@ -112,10 +115,11 @@ class RunView:
             if ts:
                 self.steps_at.append((ts, n))
 
-    def steps_per_s(self, window_s: float = RATE_WINDOW_S) -> float:
+    def steps_per_s(self, window_s: float = RATE_WINDOW_S, since: float = 0.0) -> float:
         """Env steps per second over the last `window_s` of log time (at least the
-        last two points that the count rose at); 0 before it rose twice."""
-        pts = self.steps_at
+        last two points that the count rose at), counting only points logged at or
+        after `since` (a resumed run's rate is this launch's); 0 before it rose twice."""
+        pts = [p for p in self.steps_at if p[0] >= since] if since else self.steps_at
         if len(pts) < 2:
             return 0.0
         t_last, n_last = pts[-1]

@@ -1,0 +1,211 @@
+"""Launching a whole job, as `verl-launch` and `verl_zmq.train` do: read the job
+and hosts (or a run folder to resume), plan, check everything a launch needs
+before any role starts, write the run folder, supervise the roles, and report.
+Errors a user made are `LaunchError`s with the exit code the command line uses.
+Never imports torch or an algorithm."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from verl_zmq.config import ConfigError, Job, dumps_job, load_job, loads_job
+from verl_zmq.config.loading import blame_override
+from verl_zmq.config.writing import job_to_dict
+from verl_zmq.files import clean_temporaries
+from verl_zmq.log import errno_name
+
+from .hosts import HostsError, load_hosts
+from .plan import Plan, make_plan
+from .remote import check_reachable
+from .report import Terminal, closing_block, write_summary
+from .supervisor import EXIT_BAD_INPUT, EXIT_FAILED, Supervisor
+
+
+class LaunchError(Exception):
+    """A launch that cannot start: the message says why, `code` is the exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Launched:
+    """What a finished launch leaves: its run folder, summary and exit code."""
+
+    run_dir: Path
+    exit_code: int
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def run_name(job: Job, overrides: Sequence[str]) -> str:
+    """The run's folder under runs/: the experiment's name, and what ran when
+    `--set` changed the env or the algorithm (an Acrobot run of the CartPole job
+    is filed as `cartpole_ppo+Acrobot-v1`, never among the CartPole runs)."""
+    changed = {o.split("=", 1)[0].strip() for o in overrides}
+    if "experiment.name" in changed:
+        return job.experiment.name
+    extra = [str(v) for k, v in (("environment.id", job.environment.id),
+                                 ("algorithm.name", job.algorithm.name)) if k in changed]
+    safe = ["".join(c if c.isalnum() or c in "-_." else "_" for c in x) for x in extra]
+    return "+".join([job.experiment.name, *safe])
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v and k != "kwargs":
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def resumed_job(run_dir: Path, job_path: str | None, overrides: Sequence[str]) -> Job:
+    """The job of a run folder being resumed: its saved job with `overrides`; a job
+    file given beside it must be that job (only keys named by --set may differ)."""
+    saved = run_dir / "job.toml"
+    try:
+        text = saved.read_text()
+    except OSError as e:
+        raise LaunchError(f"--resume {run_dir}: cannot read {saved}: {e.strerror or e}") from None
+    job = loads_job(text, str(saved), overrides)
+    if job_path is None:
+        return job
+    given = load_job(job_path, overrides)
+    changed = {o.split("=", 1)[0].strip() for o in overrides}
+    a, b = _flat(job_to_dict(job)), _flat(job_to_dict(given))
+    differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and k not in changed)
+    if differ:
+        raise LaunchError(f"--resume {run_dir}: {job_path} is not the job this run was "
+                          f"started with ({', '.join(differ[:4])} differ); resume without "
+                          f"a job file, or change a key with --set")
+    return job
+
+
+def plan_job(job: Job, hosts_spec: str | None, run_dir: str | None, resume: str | None,
+             overrides: Sequence[str]) -> tuple[Path, Plan]:
+    """Where the run goes, and its plan: a resumed run keeps the plan it had."""
+    if resume:
+        rd = Path(resume)
+        if not (rd / "plan.json").exists():
+            raise LaunchError(f"--resume {resume}: no plan.json in that folder (not a run "
+                              f"folder, or a run that never started)")
+        return rd, Plan.from_json((rd / "plan.json").read_text(), job.registry_port)
+    if hosts_spec is None:
+        raise LaunchError("no HOSTS given: a hosts file, `local` or `slurm`")
+    plan = make_plan(job, load_hosts(hosts_spec))
+    rd = Path(run_dir) if run_dir else (Path(job.experiment.runs_dir) / run_name(job, overrides)
+                                        / time.strftime("%Y%m%d-%H%M%S"))
+    if (rd / "plan.json").exists():  # its checkpoints would be picked up silently
+        raise LaunchError(f"run folder {rd} already holds a run: continue it with "
+                          f"--resume {rd}, or choose another --run-dir")
+    return rd, plan
+
+
+def preflight(job: Job, source: str, plan: Plan, overrides: Sequence[str] = ()) -> None:
+    """Everything a launch checks before any role starts, torch-free: the env (its
+    id resolves), whether the algorithm fits it, memory, demonstrations, and that
+    every SSH host answers."""
+    from verl_zmq.ops.checks import check_job
+
+    problems = check_job(job, networks=False)
+    if problems:
+        raise LaunchError(blame_override(f"{source}: " + " ".join(problems), source, overrides))
+    remote = [h for h in plan.hosts if h.by_ssh]
+    if not remote:
+        return
+
+    async def probe() -> list[str]:
+        return await asyncio.gather(*(check_reachable(job, h) for h in remote))
+
+    for h, why in zip(remote, asyncio.run(probe())):
+        if why:
+            raise LaunchError(f"host {h.ssh_target} (hosts line {h.line}) is unreachable "
+                              f"by SSH: {why}")
+
+
+def load(job_path: str | None, hosts_spec: str | None, overrides: Sequence[str],
+         run_dir: str | None, resume: str | None, job: Job | None = None
+         ) -> tuple[Job, Path, Plan]:
+    """The job, its run folder and plan, or a LaunchError naming what is wrong."""
+    try:
+        if resume:
+            job = resumed_job(Path(resume), job_path, overrides)
+        elif job is None:
+            if job_path is None:
+                raise LaunchError("no JOB given: a job file")
+            job = load_job(job_path, overrides)
+        rd, plan = plan_job(job, hosts_spec, run_dir, resume, overrides)
+    except (ConfigError, HostsError) as e:
+        raise LaunchError(str(e)) from None
+    return job, rd, plan
+
+
+def _prepare_run_folder(rd: Path, job_text: str, plan: Plan) -> tuple[Path, IO[str]]:
+    """The run folder with the job, the plan and the launcher's log open; a folder
+    that cannot be written (a full disk) is a LaunchError, nothing started."""
+    try:
+        rd.mkdir(parents=True, exist_ok=True)
+        rd = rd.resolve()
+        clean_temporaries(rd)  # a summary a full disk cut short, last time
+        (rd / "job.toml").write_text(job_text)
+        plan.write(rd)
+        (rd / "logs").mkdir(exist_ok=True)
+        return rd, open(rd / "logs" / "launcher.jsonl", "a", buffering=1)  # noqa: SIM115
+    except OSError as e:
+        raise LaunchError(f"cannot write the run folder {rd}: {e.strerror or e} "
+                          f"({errno_name(e)}); nothing was started", EXIT_FAILED) from None
+
+
+def thread_failed(tb_dir: Path, console: IO[str]) -> Any:
+    """A thread hook: TensorBoard's writer thread (the launcher's only one) hitting a
+    full disk says so in one line naming its folder, not in a traceback."""
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if isinstance(args.exc_value, OSError):
+            e = args.exc_value
+            with contextlib.suppress(OSError):
+                console.write(f"error: cannot write {e.filename or tb_dir}: {e.strerror or e} "
+                              f"({errno_name(e)}); no more TensorBoard events\n")
+            return
+        sys.__excepthook__(args.exc_type, args.exc_value, args.exc_traceback)  # type: ignore[arg-type]
+
+    return hook
+
+
+def run(job: Job, source: str, rd: Path, plan: Plan, verbose: bool = False,
+        console: IO[str] = sys.stderr, overrides: Sequence[str] = ()) -> Launched:
+    """Check, write the run folder, supervise the job to its end and report."""
+    from verl_zmq.comm.transport import CurveKeys, curve_enabled
+    from verl_zmq.log import setup_logging
+
+    preflight(job, source, plan, overrides)
+    job_text = dumps_job(job)
+    rd, stream = _prepare_run_folder(rd, job_text, plan)
+    keys = None
+    if curve_enabled(job.security.curve, [h.address for h in plan.hosts]):
+        k = CurveKeys.generate()
+        keys = {"public": k.public, "secret": k.secret}
+    term = Terminal(console, verbose)
+    log = setup_logging("launcher", "launcher", stream=stream, echo=term.launcher_event)
+    if keys is not None:  # the public half only: it names the job's key, it opens nothing
+        log.info("curve_enabled", public_key=keys["public"])
+    threading.excepthook = thread_failed(rd / "tb", console)
+    term.say(f"run folder: {rd} ({job.algorithm.name} on {job.environment.id})")
+    sup = Supervisor(job, plan, rd, job_text, keys, log, terminal=term)
+    rc = asyncio.run(sup.run())
+    summary = sup.summary()
+    rc = summary["exit_code"]
+    where = write_summary(rd / "summary.json", summary, console)
+    log.info("launcher_finished", **{k: v for k, v in summary.items() if k != "evaluations"})
+    with contextlib.suppress(OSError):
+        console.write(closing_block(summary, rd, where))
+    return Launched(rd, rc, summary)

@@ -115,7 +115,7 @@ def test_the_terminal_shows_progress_warnings_and_a_closing_block_not_the_launch
     lines = err.splitlines()
     assert not any(" role_started " in ln or " role_exited " in ln for ln in lines), err[-2000:]
     progress = [ln for ln in lines if ln.startswith("[") and "env steps" in ln]
-    assert progress and "waiting for learner-0" in progress[0], err[-2000:]
+    assert progress, err[-2000:]  # what it says before the first update: test_report.py
     assert any("sampler-1" in ln and "role_died" in ln for ln in lines), err[-2000:]  # a warning
     tail = err[err.index("done in "):]
     for part in ("best checkpoint", "checkpoints/best.pt", "next:", "verl eval", "verl plot"):

@@ -1,0 +1,83 @@
+"""The launcher's terminal, without a job: the progress line says what the job
+waits for until a trainer's first update, counts its rate since this launch
+only and clamps its ETA; warnings print once per kind and are counted; the
+closing block names the best checkpoint, the warnings and the next commands."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+from launcher.report import Digest, Progress, Terminal, closing_block
+from verl_zmq.ops.runview import RunView
+
+
+def _view(tmp_path, events: list[dict]) -> RunView:
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    by_member: dict[str, list[str]] = {}
+    for e in events:
+        by_member.setdefault(e["id"], []).append(json.dumps(e))
+    for mid, lines in by_member.items():
+        (logs / f"{mid}.jsonl").write_text("\n".join(lines) + "\n")
+    v = RunView(tmp_path)
+    v.poll()
+    return v
+
+
+def test_progress_says_what_it_waits_for_until_the_first_update(tmp_path):
+    now = time.time()
+    v = _view(tmp_path, [{"id": "sampler-0", "role": "sampler", "event": "role_started",
+                          "ts": now}])
+    p = Progress(v, 1000, ["learner-0"])
+    assert "waiting for learner-0 (starting," in p.line()
+    v = _view(tmp_path, [{"id": "learner-0", "role": "learner", "event": "role_started",
+                          "ts": now}])
+    assert "waiting for learner-0 (first batch," in Progress(v, 1000, ["learner-0"]).line()
+    v = _view(tmp_path, [{"id": "learner-0", "role": "learner", "event": "first_update",
+                          "ts": now}])
+    assert "waiting" not in Progress(v, 1000, ["learner-0"]).line()
+
+
+def test_the_rate_is_this_launchs_and_the_eta_never_goes_negative(tmp_path):
+    old = time.time() - 3600  # a resumed run's past: fast steps an hour ago
+    now = time.time() + 1
+    events = [{"id": "learner-0", "role": "learner", "event": "first_update", "ts": old}]
+    events += [{"id": "learner-0", "role": "learner", "event": "metrics", "ts": t,
+                "learner/env_steps": n}
+               for t, n in ((old, 0), (old + 1, 10_000), (now, 10_100), (now + 10, 10_200))]
+    p = Progress(_view(tmp_path, events), 20_000, ["learner-0"])
+    p.launched = now - 1
+    assert "(10/s)" in p.line()  # 100 steps in 10 s, not the past's 10,000 a second
+    assert "ETA 16:20" in p.line()
+    p.total = 10_000  # past the budget: finishing, never a negative ETA
+    assert p.line().endswith("finishing")
+
+
+def test_warnings_print_once_per_kind_and_are_counted():
+    out = io.StringIO()
+    t = Terminal(out)
+    ev = {"level": "warning", "event": "checkpoint_skipped", "id": "learner-0",
+          "free_mb": 0.2, "min_free_mb": 64, "path": "run/checkpoints", "ts": 1.0}
+    t.role_events([ev, ev, {**ev, "id": "learner-1"}, {**ev, "level": "info"}])
+    assert out.getvalue().count("checkpoint_skipped") == 1
+    assert "free_mb=0.2 min_free_mb=64 path=run/checkpoints" in out.getvalue()
+    (w,) = t.digest.as_list()
+    assert w["count"] == 3 and w["members"] == ["learner-0", "learner-1"]
+    assert Digest().take({"level": "info", "event": "x"}) is None
+
+
+def test_the_closing_block_names_the_best_checkpoint_warnings_and_next_commands(tmp_path):
+    summary = {"status": "done", "wall_s": 75.0, "env_steps": 20480,
+               "final_eval_return": 500.0, "best_eval_return": 500.0,
+               "best_checkpoint": str(tmp_path / "checkpoints" / "best.pt"),
+               "checkpoints_missing": True,
+               "warnings": [{"event": "checkpoint_skipped", "level": "warning", "count": 5,
+                             "members": ["learner-0"], "first": "free_mb=0.2"}],
+               "failed_roles": {}}
+    text = closing_block(summary, tmp_path, str(tmp_path / "summary.json"))
+    assert text.startswith("done in 1:15: 20,480 env steps, final eval 500, best eval 500")
+    for part in ("best.pt", "checkpoint_skipped x5 (learner-0): free_mb=0.2",
+                 "exit code 3", "verl eval", "verl plot"):
+        assert part in text, text

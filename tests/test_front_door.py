@@ -125,3 +125,14 @@ def test_wrappers_and_package_env_ids_apply_to_samplers_and_evaluator(tmp_path):
                for e in read_events(p) if "sampler/episode_length_mean" in e]
     assert lengths and max(lengths) <= 30 and np.mean(lengths) > 1, lengths
     assert sys.executable
+
+
+@pytest.mark.timeout(300)
+def test_verl_run_stops_every_role_when_one_fails(tmp_path):
+    """In one process there is no launcher to restart a role: a sampler whose env
+    raises ends the run with its error and exit 1, instead of a job that waits."""
+    r = verl("run", str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(tmp_path / "run"),
+             "--set", 'environment.id="tests.envs:FaultyCartPole"',
+             "--set", "environment.kwargs={raise_every=300}", timeout=240)
+    assert r.returncode == 1 and "exited with code 1; stopping every role" in r.stderr, \
+        r.stderr[-2000:]

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import zmq.asyncio
 
@@ -172,6 +173,23 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
     return rc
 
 
+async def _until_all_stop(roles: dict[asyncio.Task[int], Any]) -> list[int]:
+    """Every role's exit code; a role that fails stops the others (in one process
+    there is no launcher to restart it, and a job without it would wait forever)."""
+    codes, pending = [], set(roles)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            codes.append(t.result())
+            if codes[-1] != 0:
+                failed = roles[t]
+                print(f"error: {failed.id} exited with code {codes[-1]}; stopping every role",
+                      file=sys.stderr, flush=True)
+                for r in roles.values():
+                    r.request_stop(f"role_failed:{failed.id}")
+    return codes
+
+
 def run_inproc(job: Job, run_dir: Path, log_stream=None) -> int:
     """Every role of the job as asyncio tasks in this process over inproc://."""
     from .roles.base import RoleContext, default_incarnation, index_of, role_class
@@ -203,7 +221,7 @@ def run_inproc(job: Job, run_dir: Path, log_stream=None) -> int:
         tasks = [asyncio.create_task(serve(roles[0], install_signals=False))]
         await asyncio.sleep(0.05)
         tasks += [asyncio.create_task(serve(r, install_signals=False)) for r in roles[1:]]
-        codes = await asyncio.gather(*tasks)
+        codes = await _until_all_stop(dict(zip(tasks, roles)))
         zctx.term()
         return max(codes)
 

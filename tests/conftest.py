@@ -14,6 +14,7 @@ import pytest
 
 from tools.harness import events as read_events  # noqa: F401 - the tests' names
 from tools.harness import free_ports as free_port_range
+from tools.harness import poll
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs"
@@ -22,13 +23,10 @@ PY = sys.executable
 
 
 def wait_for(pred, timeout: float, every: float = 0.2, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
+    v = poll(pred, timeout, every)
+    if not v:
+        raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
+    return v
 
 
 def verl(*args, **kw) -> subprocess.CompletedProcess:

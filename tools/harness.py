@@ -34,6 +34,17 @@ def free_ports(width: int = 60) -> tuple[int, int]:
     raise RuntimeError("no free port range")
 
 
+def poll(pred, timeout: float, every: float = 0.25):
+    """`pred()`'s first truthy value within `timeout` seconds, else None."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    return None
+
+
 def events(path: Path) -> list[dict]:
     out = []
     try:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
-from tools.harness import ROOT, events, start, stop  # noqa: E402
+from tools.harness import ROOT, events, poll, start, stop  # noqa: E402
 
 KINDS = ("sampler", "replay", "learner", "evaluator", "registry")
 
@@ -74,13 +74,7 @@ class Run:
 
 
 def wait(pred, timeout: float, step: float = 0.25):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    return None
+    return poll(pred, timeout, step)
 
 
 def kill_one(r: Run, member: str, recover_s: float, await_spare: bool = True) -> dict:

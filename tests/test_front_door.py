@@ -136,3 +136,22 @@ def test_verl_run_stops_every_role_when_one_fails(tmp_path):
              "--set", "environment.kwargs={raise_every=300}", timeout=240)
     assert r.returncode == 1 and "exited with code 1; stopping every role" in r.stderr, \
         r.stderr[-2000:]
+
+
+@pytest.mark.timeout(600)
+def test_resume_reads_the_run_folder_and_refuses_another_job(tmp_path):
+    run = tmp_path / "run"
+    lo, hi = free_port_range()
+    sets = ["--set", f"launch.port_range=[{lo}, {hi}]", "--set", "evaluation.interval_steps=2048"]
+    first = launch("local", str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(run), *sets,
+                   "--set", "training.total_timesteps=2048", timeout=540)
+    assert first.returncode == 0, first.stderr[-2000:]
+    other = launch("--resume", str(run), str(CONFIGS / "cartpole_dqn.toml"), timeout=120)
+    assert other.returncode == 2 and "is not the job this run was started with" in other.stderr
+    assert "algorithm.name" in other.stderr, other.stderr
+    again = launch("--resume", str(run), *sets, "--set", "training.total_timesteps=4096",
+                   timeout=540)  # no hosts, no job: the run folder's
+    assert again.returncode == 0, again.stderr[-2000:]
+    resumed = [e for e in read_events(run / "logs" / "learner-0.jsonl")
+               if e.get("event") == "resumed"]
+    assert resumed and resumed[-1]["env_steps"] >= 2048, resumed

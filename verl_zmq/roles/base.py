@@ -22,7 +22,7 @@ from ..config import Job
 from ..config.members import index_of
 from ..config.roles import ROLES
 
-__all__ = ["Role", "RoleContext", "RoleRefused", "WireStats", "reconnect", "recv", "send",
+__all__ = ["Rates", "Role", "RoleContext", "RoleRefused", "WireStats", "reconnect", "recv", "send",
            "role_class", "index_of", "default_incarnation", "ROLES"]
 
 
@@ -115,6 +115,23 @@ class Role:
         if self.registry_client is not None:
             await self.registry_client.send_shutdown(reason)
         self.request_stop(reason)
+
+
+class Rates:
+    """Counters' change per second between two metrics reports: every role's
+    `_per_s` metrics come from one of these."""
+
+    def __init__(self, **counters: float):
+        self.t = time.monotonic()
+        self.last = dict(counters)
+
+    def update(self, **counters: float) -> tuple[dict[str, float], float]:
+        """(each counter's change since the last report, the seconds between)."""
+        now = time.monotonic()
+        dt = max(now - self.t, 1e-9)
+        deltas = {k: v - self.last.get(k, 0.0) for k, v in counters.items()}
+        self.t, self.last = now, dict(counters)
+        return deltas, dt
 
 
 def role_class(name: str) -> type[Role]:

@@ -30,7 +30,7 @@ from ..learning.feeds import make_feed
 from ..learning.links import ShardAddress
 from ..learning.state import LinkConfig
 from ..learning.trainer import Trainer, resolve_device
-from .base import Role, index_of, send
+from .base import Rates, Role, index_of, send
 from .service import EXIT_FAILED
 
 REPUBLISH_S = 2.0
@@ -79,7 +79,7 @@ class LearnerRole(Role):
         self.shards_changed = asyncio.Event()
         self.published_at = 0.0
         self.finished = False
-        self._rate = (time.monotonic(), self.trainer.state.env_steps, self.algo.updates)
+        self.rates = Rates(steps=self.trainer.state.env_steps, updates=self.algo.updates)
 
     @classmethod
     def preload(cls) -> None:
@@ -257,14 +257,11 @@ class LearnerRole(Role):
         return {"env_steps": self.env_steps, "version": self.version}
 
     def metrics(self) -> dict[str, float]:
-        now = time.monotonic()
-        t, steps, upd = self._rate
-        dt = max(now - t, 1e-9)
-        self._rate = (now, self.env_steps, self.algo.updates)
+        d, dt = self.rates.update(steps=self.env_steps, updates=self.algo.updates)
         r = self.name
         return {**self.trainer.metrics(r), **self.feed.metrics(r),
-                f"{r}/env_steps_per_s": round((self.env_steps - steps) / dt, 1),
-                f"{r}/updates_per_s": round((self.algo.updates - upd) / dt, 3)}
+                f"{r}/env_steps_per_s": round(d["steps"] / dt, 1),
+                f"{r}/updates_per_s": round(d["updates"] / dt, 3)}
 
 
 ROLE = LearnerRole

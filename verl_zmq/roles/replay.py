@@ -26,7 +26,7 @@ from ..log import write_failed
 from ..replay import snapshot
 from ..replay.store import RejectedFragment
 from ..replay.stores import make_store
-from .base import Role, recv, send
+from .base import Rates, Role, recv, send
 
 MAX_CREDIT = 1000
 MAX_BATCH = 65_536
@@ -52,7 +52,7 @@ class ReplayRole(Role):
         self.snapshot_dir = snapshot.snapshot_dir(self.ctx.run_dir, self.id)
         self.inserts = self.served = self.rejected = 0
         self.delay_sum = self.blocked_s = 0.0
-        self._rate = (time.monotonic(), 0, 0, 0.0)
+        self.rates = Rates(inserts=0, served=0, delay=0.0)
         if self.store.persistent:
             self._restore()
 
@@ -184,17 +184,14 @@ class ReplayRole(Role):
         return {"size": self.store.size}
 
     def metrics(self) -> dict[str, float]:
-        now = time.monotonic()
-        t, ins, srv, dsum = self._rate
-        dt = max(now - t, 1e-9)
-        self._rate = (now, self.inserts, self.served, self.delay_sum)
-        n_served = self.served - srv
+        d, dt = self.rates.update(inserts=self.inserts, served=self.served,
+                                  delay=self.delay_sum)
         return {**self.store.metrics(),
                 "replay/inserts": self.inserts, "replay/served": self.served,
-                "replay/inserts_per_s": round((self.inserts - ins) / dt, 2),
-                "replay/served_per_s": round(n_served / dt, 2),
-                "replay/serve_delay_s": round((self.delay_sum - dsum) / n_served, 4)
-                if n_served else 0.0,
+                "replay/inserts_per_s": round(d["inserts"] / dt, 2),
+                "replay/served_per_s": round(d["served"] / dt, 2),
+                "replay/serve_delay_s": round(d["delay"] / d["served"], 4)
+                if d["served"] else 0.0,
                 "replay/rejected": self.rejected,
                 "replay/blocked_s": round(self.blocked_s, 3)}
 

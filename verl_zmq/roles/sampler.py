@@ -24,7 +24,7 @@ from ..envs.make import env_spec, make_vector_env
 from ..policy.numpy_actor import make_actor
 from ..sampling.collector import Collector
 from ..sampling.pacing import make_pacer
-from .base import Role, reconnect, recv, send
+from .base import Rates, Role, reconnect, recv, send
 
 
 def _follow(sock, current: dict[str, str], wanted: dict[str, str], log, what: str) -> bool:
@@ -67,7 +67,7 @@ class SamplerRole(Role):
         self.param_waits_timed_out = 0
         self.returns: deque[float] = deque(maxlen=100)
         self.lengths: deque[int] = deque(maxlen=100)
-        self._rate = (time.monotonic(), 0, 0.0)
+        self.rates = Rates(steps=0, waited=0.0)
 
     def on_membership(self, members) -> None:
         super().on_membership(members)
@@ -171,17 +171,14 @@ class SamplerRole(Role):
         return self.wait_s + (now - since if since is not None else 0.0)
 
     def metrics(self) -> dict[str, float]:
-        now = time.monotonic()
-        t, steps, wait = self._rate
         c = self.collector
         env_steps = c.steps * c.E
-        dt = max(now - t, 1e-9)
-        waited = self._waited(now)
-        self._rate = (now, env_steps, waited)
+        waited = self._waited(time.monotonic())
+        d, dt = self.rates.update(steps=env_steps, waited=waited)
         out = {"sampler/env_steps": env_steps,
-               "sampler/env_steps_per_s": round((env_steps - steps) / dt, 1),
+               "sampler/env_steps_per_s": round(d["steps"] / dt, 1),
                "sampler/fragments": self.fragments,
-               "sampler/backpressure_wait_frac": round((waited - wait) / dt, 4),
+               "sampler/backpressure_wait_frac": round(d["waited"] / dt, 4),
                "sampler/backpressure_wait_s": round(waited, 3),
                "sampler/param_wait_s": round(self.param_wait_s, 3),
                "sampler/env_failures": getattr(c.venv, "failures", 0),

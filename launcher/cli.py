@@ -77,9 +77,9 @@ def kubernetes(job_path: str, overrides, out_dir: str | None, apply_k8s: bool) -
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a job key: section.key=value (a TOML value, else a string).")
 @click.option("--dry-run", is_flag=True,
-              help="Check everything a launch checks and print the plan; start nothing.")
-@click.option("--resume", "resume", default=None,
-              type=click.Path(exists=True, file_okay=False),
+              help="Check the job and its env as a launch does and print the plan; start "
+                   "nothing and contact no host.")
+@click.option("--resume", "resume", default=None, type=click.Path(file_okay=False),
               help="Continue the run in this run folder (its job and hosts unless given).")
 @click.option("--run-dir", default=None, type=click.Path(file_okay=False),
               help="Run folder (default runs/<name>/<stamp>).")
@@ -103,7 +103,8 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir, out_dir, app
     try:
         job, rd, plan = launch.load(job_path, hosts_spec, overrides, run_dir, resume)
         if dry_run:
-            launch.preflight(job, job_path or str(rd / "job.toml"), plan, overrides)
+            launch.preflight(job, job_path or str(rd / "job.toml"), plan, overrides,
+                             probe_hosts=False)  # a plan for hosts one cannot reach yet
             print_plan(plan, job, rd.resolve())
             return
         done = launch.run(job, job_path or str(rd / "job.toml"), rd, plan, verbose=verbose,

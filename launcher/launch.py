@@ -72,6 +72,9 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def resumed_job(run_dir: Path, job_path: str | None, overrides: Sequence[str]) -> Job:
     """The job of a run folder being resumed: its saved job with `overrides`; a job
     file given beside it must be that job (only keys named by --set may differ)."""
+    if not (run_dir / "plan.json").exists():
+        raise LaunchError(f"--resume {run_dir}: no plan.json in that folder (not a run "
+                          f"folder, or a run that never started)")
     saved = run_dir / "job.toml"
     try:
         text = saved.read_text()
@@ -111,17 +114,18 @@ def plan_job(job: Job, hosts_spec: str | None, run_dir: str | None, resume: str 
     return rd, plan
 
 
-def preflight(job: Job, source: str, plan: Plan, overrides: Sequence[str] = ()) -> None:
+def preflight(job: Job, source: str, plan: Plan, overrides: Sequence[str] = (),
+              probe_hosts: bool = True) -> None:
     """Everything a launch checks before any role starts, torch-free: the env (its
-    id resolves), whether the algorithm fits it, memory, demonstrations, and that
-    every SSH host answers."""
+    id resolves), whether the algorithm fits it, memory, demonstrations, and (with
+    `probe_hosts`) that every SSH host answers."""
     from verl_zmq.ops.checks import check_job
 
     problems = check_job(job, networks=False)
     if problems:
         raise LaunchError(blame_override(f"{source}: " + " ".join(problems), source, overrides))
     remote = [h for h in plan.hosts if h.by_ssh]
-    if not remote:
+    if not remote or not probe_hosts:
         return
 
     async def probe() -> list[str]:

@@ -204,7 +204,7 @@ def closing_block(summary: dict[str, Any], run_dir: Path, where: str) -> str:
         lines.append(f"  {w['level']:<16} {w['event']} x{w['count']} "
                      f"({', '.join(w['members'][:4])}): {w['first']}"[:200])
     for m, err in summary.get("failed_roles", {}).items():
-        lines.append(f"  failed for good  {m}: {err.splitlines()[-1] if err else ''}")
+        lines.append(f"failed for good: {m}\n" + "\n".join(f"    {ln}" for ln in err.splitlines()))
     if summary.get("checkpoints_missing"):
         lines.append("  checkpoints were skipped or failed: a resume starts from the last one "
                      "written (see above; exit code 3)")

@@ -29,6 +29,10 @@ from .report import CHECKPOINT_EVENTS, Progress, Terminal, trainer_ids
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CHECKPOINTS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 MAX_BACKOFF_S = 60.0  # restart delays double up to this
 SPARE_AFTER_S = 5.0  # a role's warm spare starts once the role has been up this long
+# ... and, for a trainer, once it has updated: a spare importing torch beside a learner
+# that is still importing its own takes cores from the job's first update; one that
+# never updates (a data-parallel rank waiting for its group) gets its spare after this
+SPARE_FALLBACK_S = 30.0
 SPARES_LOST_MAX = 3  # spares of one member that died unused before we stop making them
 SSH_LOST = 255  # ssh's own exit code: the connection failed or broke
 MAX_PROBE_S = 30.0  # the longest wait between two probes of a lost host
@@ -203,15 +207,14 @@ class Supervisor:
 
     async def _spares_loop(self) -> None:
         """Keep a warm spare beside every role of `launch.standby` once the role has
-        been up SPARE_AFTER_S (its own start comes first); give up on a member's
-        spares after SPARES_LOST_MAX of them died unused."""
+        been up SPARE_AFTER_S and, for a trainer, has updated (its own start comes
+        first); give up on a member's spares after SPARES_LOST_MAX died unused."""
         while not self.stopping:
             await asyncio.sleep(1.0)
             for rp in self.procs:
                 if rp.spare_argv is None or rp.spares_lost >= SPARES_LOST_MAX:
                     continue
-                if rp.running and time.monotonic() - rp.started_at >= SPARE_AFTER_S \
-                        and not self.stopping:
+                if rp.running and self._spare_due(rp) and not self.stopping:
                     if await rp.keep_spare():
                         self.log.info("spare_started", member=rp.placement.member_id,
                                       pid=rp.spare.pid)
@@ -219,6 +222,13 @@ class Supervisor:
                         self.log.warning("spares_given_up", member=rp.placement.member_id,
                                          lost=rp.spares_lost, last_error=_last_lines(
                                              rp.err_path, 3))
+
+    def _spare_due(self, rp: RoleProcess) -> bool:
+        up = time.monotonic() - rp.started_at
+        if not role_traits(rp.placement.role).trains:
+            return up >= SPARE_AFTER_S
+        trained = rp.placement.member_id in self.view.trained
+        return (up >= SPARE_AFTER_S and trained) or up >= SPARE_FALLBACK_S
 
     def _vital(self, p: Placement) -> bool:
         """A centralised job's registry and learners; a decentralised job has no

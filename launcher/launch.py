@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from verl_zmq.config import ConfigError, Job, dumps_job, load_job, loads_job
-from verl_zmq.config.loading import blame_override
+from verl_zmq.config.loading import override_keys
 from verl_zmq.config.writing import job_to_dict
 from verl_zmq.files import clean_temporaries
 from verl_zmq.log import errno_name
@@ -50,7 +50,7 @@ def run_name(job: Job, overrides: Sequence[str]) -> str:
     """The run's folder under runs/: the experiment's name, and what ran when
     `--set` changed the env or the algorithm (an Acrobot run of the CartPole job
     is filed as `cartpole_ppo+Acrobot-v1`, never among the CartPole runs)."""
-    changed = {o.split("=", 1)[0].strip() for o in overrides}
+    changed = override_keys(overrides)
     if "experiment.name" in changed:
         return job.experiment.name
     extra = [str(v) for k, v in (("environment.id", job.environment.id),
@@ -72,9 +72,6 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def resumed_job(run_dir: Path, job_path: str | None, overrides: Sequence[str]) -> Job:
     """The job of a run folder being resumed: its saved job with `overrides`; a job
     file given beside it must be that job (only keys named by --set may differ)."""
-    if not (run_dir / "plan.json").exists():
-        raise LaunchError(f"--resume {run_dir}: no plan.json in that folder (not a run "
-                          f"folder, or a run that never started)")
     saved = run_dir / "job.toml"
     try:
         text = saved.read_text()
@@ -84,7 +81,7 @@ def resumed_job(run_dir: Path, job_path: str | None, overrides: Sequence[str]) -
     if job_path is None:
         return job
     given = load_job(job_path, overrides)
-    changed = {o.split("=", 1)[0].strip() for o in overrides}
+    changed = override_keys(overrides)
     a, b = _flat(job_to_dict(job)), _flat(job_to_dict(given))
     differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and k not in changed)
     if differ:
@@ -99,9 +96,6 @@ def plan_job(job: Job, hosts_spec: str | None, run_dir: str | None, resume: str 
     """Where the run goes, and its plan: a resumed run keeps the plan it had."""
     if resume:
         rd = Path(resume)
-        if not (rd / "plan.json").exists():
-            raise LaunchError(f"--resume {resume}: no plan.json in that folder (not a run "
-                              f"folder, or a run that never started)")
         return rd, Plan.from_json((rd / "plan.json").read_text(), job.registry_port)
     if hosts_spec is None:
         raise LaunchError("no HOSTS given: a hosts file, `local` or `slurm`")
@@ -119,11 +113,10 @@ def preflight(job: Job, source: str, plan: Plan, overrides: Sequence[str] = (),
     """Everything a launch checks before any role starts, torch-free: the env (its
     id resolves), whether the algorithm fits it, memory, demonstrations, and (with
     `probe_hosts`) that every SSH host answers."""
-    from verl_zmq.ops.checks import check_job
+    from verl_zmq.ops.checks import job_problem
 
-    problems = check_job(job, networks=False)
-    if problems:
-        raise LaunchError(blame_override(f"{source}: " + " ".join(problems), source, overrides))
+    if why := job_problem(job, source, overrides, networks=False):
+        raise LaunchError(why)
     remote = [h for h in plan.hosts if h.by_ssh]
     if not remote or not probe_hosts:
         return
@@ -143,6 +136,9 @@ def load(job_path: str | None, hosts_spec: str | None, overrides: Sequence[str],
     """The job, its run folder and plan, or a LaunchError naming what is wrong."""
     try:
         if resume:
+            if not (Path(resume) / "plan.json").exists():
+                raise LaunchError(f"--resume {resume}: no plan.json in that folder (not a "
+                                  f"run folder, or a run that never started)")
             job = resumed_job(Path(resume), job_path, overrides)
         elif job is None:
             if job_path is None:

@@ -10,7 +10,6 @@ from pathlib import Path
 import click
 
 from .config import ConfigError, Job, load_job, loads_job
-from .config.loading import blame_override
 from .config.roles import ROLES, default_member_id
 
 JOB_FILE = click.Path(exists=True, dir_okay=False)
@@ -117,12 +116,11 @@ def role(role, job_path, registry, member_id, group, member_index, bind, run_dir
 def run(job_path, overrides, run_dir):
     """Run every role of JOB as tasks in this process over inproc:// (for debugging)."""
     job = _load(job_path, overrides)
-    from .ops.checks import check_job
+    from .ops.checks import job_problem
     from .runner import run_inproc
 
-    problems = check_job(job)
-    if problems:
-        fail(blame_override(f"{job_path}: " + " ".join(problems), job_path, overrides))
+    if why := job_problem(job, job_path, overrides):
+        fail(why)
     rd = Path(run_dir) if run_dir else _stamp_dir(job)
     click.echo(f"run folder: {rd}", err=True)
     sys.exit(run_inproc(job, rd))
@@ -170,11 +168,10 @@ def _stamp_dir(job: Job) -> Path:
 def check(job_path, overrides, quiet):
     """Validate JOB: keys and types, then build its env and networks once."""
     job = _load(job_path, overrides)
-    from .ops.checks import check_job
+    from .ops.checks import job_problem
 
-    problems = check_job(job)
-    if problems:
-        fail(blame_override(f"{job_path}: " + " ".join(problems), job_path, overrides))
+    if why := job_problem(job, job_path, overrides):
+        fail(why)
     if not quiet:
         s = job.sampling
         click.echo(f"{job_path}: ok ({job.algorithm.name} on {job.environment.id}, "

@@ -43,15 +43,20 @@ def loads_job(text: str, source: str = "<job>", overrides=()) -> Job:
         raise ConfigError(blame_override(str(e), source, overrides)) from None
 
 
+def override_keys(overrides: Sequence[str]) -> set[str]:
+    """The dotted keys that `--set` items name."""
+    return {item.split("=", 1)[0].strip() for item in overrides}
+
+
 def blame_override(message: str, source: str, overrides: Sequence[str]) -> str:
     """A problem with a key that `--set` gave is `--set`'s, not the job file's:
     "job.toml: training.x: ..." becomes "--set training.x=1: ..."."""
     if not message.startswith(f"{source}: "):
         return message
     rest = message[len(source) + 2:]
+    head = rest.split(";")[0]
     for item in overrides:
         key = item.split("=", 1)[0].strip()
-        head = rest.split(";")[0]
         if any(rest.startswith(f"{key}{c}") for c in ":[ ") \
                 or rest.startswith(f"unknown key {key}") or f" {key} " in f" {head} ":
             return f"--set {item}: {rest}"

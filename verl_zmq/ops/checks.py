@@ -5,7 +5,20 @@ the algorithm's networks."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..config import Job
+from ..config.loading import blame_override
+
+
+def job_problem(job: Job, source: str, overrides: Sequence[str] = (),
+                networks: bool = True) -> str:
+    """`check_job`'s problems as one line naming the job file (or the `--set` that
+    gave the key), or "" when the job can run."""
+    problems = check_job(job, networks)
+    if not problems:
+        return ""
+    return blame_override(f"{source}: " + " ".join(problems), source, overrides)
 
 
 def check_job(job: Job, networks: bool = True) -> list[str]:

@@ -52,7 +52,7 @@ def _default(f) -> str:
         return ""
     if dataclasses.is_dataclass(v) or v is None:
         return "-" if v is None else ""
-    return f"`{C._tval(v)}`"
+    return f"`{C.toml_value(v)}`"
 
 
 def table(cls, prefix: str) -> list[str]:

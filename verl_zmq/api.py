@@ -16,7 +16,6 @@ Importing `verl_zmq` stays light: torch comes with the first policy loaded.
 from __future__ import annotations
 
 import copy
-import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,25 +24,10 @@ from typing import IO, Any
 
 import numpy as np
 
-from .config import ConfigError, Job, build_job
+from .config import ConfigError, Job, build_job, toml_value
 from .config.loading import apply_override
 
 JobLike = str | Path | Mapping[str, Any] | Job
-
-
-def toml_value(v: Any) -> str:
-    """A Python value as the TOML literal `--set` parses."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, Mapping):
-        return "{" + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + "}"
-    raise TypeError(f"cannot write {type(v).__name__} {v!r} as a job value")
 
 
 def as_overrides(overrides: Mapping[str, Any] | None) -> list[str]:

@@ -32,14 +32,14 @@ from .sections import (
     Security,
     Training,
 )
-from .writing import _tval, dumps_job, dumps_toml, job_to_dict
+from .writing import dumps_job, dumps_toml, job_to_dict, toml_value
 
 __all__ = [
     "ALGO_PARAMS", "REQUIRED_SECTIONS", "Algorithm", "BehaviourCloning", "Checkpoint",
     "ConfigError", "DAPOParams", "DQNParams", "Environment", "Evaluation", "Experiment",
     "GRPOParams",
     "Gossip", "Job", "K8s", "Launch", "Logging", "PPOParams", "Policy", "Replay", "Resources",
-    "RoleResources", "SACParams", "Sampling", "Security", "Training", "_tval",
+    "RoleResources", "SACParams", "Sampling", "Security", "Training", "toml_value",
     "apply_override", "build_job", "dumps_job", "dumps_toml", "job_to_dict", "load_job",
     "loads_job", "parse_override",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from .sections import Job
@@ -33,7 +34,7 @@ def dumps_toml(data: dict) -> str:
         if path and (scalars or not subs):
             lines.append(f"[{'.'.join(_tkey(p) for p in path)}]")
         for k, v in scalars.items():
-            lines.append(f"{_tkey(k)} = {_tval(v)}")
+            lines.append(f"{_tkey(k)} = {toml_value(v)}")
         if path and (scalars or not subs):
             lines.append("")
         for k, v in subs.items():
@@ -44,10 +45,11 @@ def dumps_toml(data: dict) -> str:
 
 
 def _tkey(k: str) -> str:
-    return k if k.replace("_", "").replace("-", "").isalnum() else _tval(k)
+    return k if k.replace("_", "").replace("-", "").isalnum() else toml_value(k)
 
 
-def _tval(v: Any) -> str:
+def toml_value(v: Any) -> str:
+    """A Python value as a TOML literal (what a job file and `--set` take)."""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -60,10 +62,10 @@ def _tval(v: Any) -> str:
         return repr(v)
     if isinstance(v, str):
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_tval(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{_tkey(k)} = {_tval(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{_tkey(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 

@@ -56,8 +56,6 @@ def restart_delay(L, rp: RoleProcess, rc: int, now: float) -> float | None:
     return delay
 
 
-
-
 class Supervisor:
     """Runs a plan's roles until the job ends, fails, or is interrupted."""
 

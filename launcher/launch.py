@@ -21,6 +21,7 @@ from verl_zmq.config.loading import override_keys
 from verl_zmq.config.writing import job_to_dict
 from verl_zmq.files import clean_temporaries
 from verl_zmq.log import errno_name
+from verl_zmq.ops.runs import flatten
 
 from .hosts import HostsError, load_hosts
 from .plan import Plan, make_plan
@@ -59,16 +60,6 @@ def run_name(job: Job, overrides: Sequence[str]) -> str:
     return "+".join([job.experiment.name, *safe])
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v and k != "kwargs":
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def resumed_job(run_dir: Path, job_path: str | None, overrides: Sequence[str]) -> Job:
     """The job of a run folder being resumed: its saved job with `overrides`; a job
     file given beside it must be that job (only keys named by --set may differ)."""
@@ -82,7 +73,7 @@ def resumed_job(run_dir: Path, job_path: str | None, overrides: Sequence[str]) -
         return job
     given = load_job(job_path, overrides)
     changed = override_keys(overrides)
-    a, b = _flat(job_to_dict(job)), _flat(job_to_dict(given))
+    a, b = flatten(job_to_dict(job)), flatten(job_to_dict(given))
     differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and k not in changed)
     if differ:
         raise LaunchError(f"--resume {run_dir}: {job_path} is not the job this run was "

@@ -122,13 +122,8 @@ class Policy:
         """The action for one observation, or actions for a batch of them."""
         o = np.asarray(obs)
         single = o.ndim == len(self.spec.obs_shape)
-        batch = o[None] if single else o
-        rms = self._lp.rms
-        x = (rms.normalize(batch, self.job.environment.clip_obs) if rms is not None
-             else batch.astype(np.float32))
-        a, _ = self._lp.algo.act(x, deterministic=deterministic)
-        env_a = self._lp.algo.env_action(a)
-        return env_a[0] if single else env_a
+        actions = self._lp.actions(o[None] if single else o, deterministic)
+        return actions[0] if single else actions
 
     def __repr__(self) -> str:
         return (f"Policy({str(self.path)!r}: {self.job.algorithm.name} on "

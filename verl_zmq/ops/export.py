@@ -27,11 +27,11 @@ class LoadedPolicy:
     rms: RunningMeanStd | None
     meta: dict
 
-    def actions(self, obs: np.ndarray) -> np.ndarray:
-        """Deterministic env actions for a batch of raw observations."""
+    def actions(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        """Env actions for a batch of raw observations (the mode, or sampled)."""
         o = (self.rms.normalize(obs, self.job.environment.clip_obs) if self.rms is not None
              else np.asarray(obs, np.float32))
-        a, _ = self.algo.act(o, deterministic=True)
+        a, _ = self.algo.act(o, deterministic=deterministic)
         return self.algo.env_action(a)
 
 

@@ -15,7 +15,6 @@ import shlex
 import subprocess
 import tomllib
 import typing
-from pathlib import Path
 
 import pytest
 
@@ -162,7 +161,3 @@ def test_no_doc_holds_a_machine_path_a_commit_hash_or_a_date():
 
 def test_setup_pins_torch():
     assert '"torch==2.13.0"' in (ROOT / "tools" / "setup.sh").read_text()
-
-
-def test_docs_point_to_pages_that_exist():
-    assert Path(ROOT / "docs" / "README.md").exists()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -124,7 +123,6 @@ def test_wrappers_and_package_env_ids_apply_to_samplers_and_evaluator(tmp_path):
     lengths = [e["sampler/episode_length_mean"] for p in (run / "logs").glob("sampler-*.jsonl")
                for e in read_events(p) if "sampler/episode_length_mean" in e]
     assert lengths and max(lengths) <= 30 and np.mean(lengths) > 1, lengths
-    assert sys.executable
 
 
 @pytest.mark.timeout(300)

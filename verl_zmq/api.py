@@ -118,12 +118,59 @@ class Policy:
         self.job = self._lp.job
         self.spec = self._lp.spec
 
-    def act(self, obs: Any, deterministic: bool = True) -> np.ndarray:
-        """The action for one observation, or actions for a batch of them."""
-        o = np.asarray(obs)
-        single = o.ndim == len(self.spec.obs_shape)
-        actions = self._lp.actions(o[None] if single else o, deterministic)
-        return actions[0] if single else actions
+        self.state_size = int(getattr(self._lp.algo, "state_size", 0))
+        self._state: np.ndarray | None = None  # a recurrent policy's, between calls
+
+    @property
+    def recurrent(self) -> bool:
+        return self.state_size > 0
+
+    def initial_state(self, n: int = 1) -> np.ndarray:
+        """A recurrent policy's state for `n` envs before their first step (zeros)."""
+        return np.zeros((n, self.state_size), np.float32)
+
+    def reset(self) -> None:
+        """Forget the state kept between calls (a recurrent policy's memory)."""
+        self._state = None
+
+    def act(self, obs: Any, deterministic: bool = True, state: np.ndarray | None = None,
+            episode_start: Any = None) -> Any:
+        """The action for one observation (as the env gives it), or actions for a
+        batch of them. A recurrent policy remembers: pass `state` (from
+        `initial_state(n)` or the last call) and get `(action, state)` back, with
+        `episode_start` marking the envs whose episode starts at this observation;
+        without `state` it keeps one itself across calls until `reset()`."""
+        from .envs.spaces import split
+
+        if self.spec.structured:
+            o: Any = split(obs, self.spec.leaves)
+            lead = self.spec.leaves[0]
+            single = np.ndim(o[lead.column]) == len(lead.shape)
+            batch = {k: v[None] for k, v in o.items()} if single else o
+            n = len(next(iter(batch.values())))
+        else:
+            o = np.asarray(obs)
+            single = o.ndim == len(self.spec.obs_shape)
+            batch = o[None] if single else o
+            n = len(batch)
+        if not self.recurrent:
+            actions = self._lp.actions(batch, deterministic)
+            return actions[0] if single else actions
+        given = state is not None
+        if given:
+            h = np.asarray(state, np.float32).reshape(n, self.state_size)
+        elif self._state is None or len(self._state) != n:
+            h, episode_start = self.initial_state(n), np.ones(n, bool)
+        else:
+            h = self._state
+        start = (np.zeros(n, bool) if episode_start is None
+                 else np.broadcast_to(np.asarray(episode_start, bool).reshape(-1), (n,)).copy())
+        actions, h = self._lp.actions(batch, deterministic, (h, start))
+        action = actions[0] if single else actions
+        if given:
+            return action, h
+        self._state = h
+        return action
 
     def __repr__(self) -> str:
         return (f"Policy({str(self.path)!r}: {self.job.algorithm.name} on "

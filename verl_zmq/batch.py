@@ -3,12 +3,17 @@ of the columns that off-policy transitions are unrolled from.
 
 A fragment is T steps of E envs in columns, NEXT_STEP autoreset layout:
 
-- `obs [T, E, *obs]`, `action [T, E]` (discrete) or `[T, E, n]`, `reward`,
-  `terminated`, `truncated`, `valid [T, E]`;
+- `obs [T, E, *obs]` (a structured observation: one `obs.<key>` column per
+  leaf, `envs/spaces.py`), `action [T, E]` (Discrete) or `[T, E, k]` (Box,
+  MultiDiscrete, MultiBinary), `reward`, `terminated`, `truncated`,
+  `valid [T, E]`;
 - one `[T, E]` float column per algorithm extra (PPO: `logp`, `value`), each
   with its value after the last step in `bootstrap_<extra> [E]`, and
   `bootstrap_obs [E, *obs]` (the rule: every per-step column that a learner
   needs one step past the fragment has a `bootstrap_` twin);
+- recurrent policies: `rnn_state [E, S]`, each env's policy state before the
+  first step, and `first [T, E]` (the step starts an episode: the state is
+  zeroed before it), with `bootstrap_first [E]`;
 - optional: `ep_return`, `ep_length` (episodes finished in it), `priority`
   (actor-side initial priorities), `rms_*` (observation moments).
 
@@ -25,9 +30,11 @@ from typing import Any
 import numpy as np
 
 from .envs.make import EnvSpec
+from .envs.spaces import contains_problem, gather
 
-BASE = ("obs", "action", "reward", "terminated", "truncated", "valid")
-STEPWISE = ("obs", "action", "terminated", "truncated", "valid")  # [T, E, ...] beside reward
+BASE = ("action", "reward", "terminated", "truncated", "valid")  # and the obs columns
+STEPWISE = ("action", "terminated", "truncated", "valid")  # [T, E, ...] beside reward
+STATE, FIRST = "rnn_state", "first"  # recurrent policies
 DType = type | np.dtype[Any] | str
 
 
@@ -62,28 +69,58 @@ class Layout:
     spec: EnvSpec
     T: int
     extras: tuple[str, ...] = ()
+    state_size: int = 0  # a recurrent policy's state per env (0: none)
+
+    @property
+    def obs_columns(self) -> tuple[str, ...]:
+        return tuple(leaf.column for leaf in self.spec.leaves)
+
+    @property
+    def stepwise(self) -> tuple[str, ...]:
+        """Every [T, E, ...] column an update reads."""
+        return (*self.obs_columns, *BASE, *self.extras,
+                *((FIRST,) if self.state_size else ()))
+
+    @property
+    def twinned(self) -> tuple[str, ...]:
+        """Columns with a `bootstrap_` twin."""
+        return (*self.obs_columns, *self.extras, *((FIRST,) if self.state_size else ()))
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """Per-step columns an update reads, then their bootstrap twins."""
-        return (*BASE, *self.extras, *(bootstrap(k) for k in ("obs", *self.extras)))
+        """Per-step columns an update reads, then their bootstrap twins (and the
+        recurrent state)."""
+        return (*self.stepwise, *(bootstrap(k) for k in self.twinned),
+                *((STATE,) if self.state_size else ()))
+
+    def action_dtype(self) -> np.dtype[Any]:
+        return np.dtype(np.float32 if self.spec.continuous else np.int64)
 
     def fields(self, E: int, obs_dtype: DType = np.float32, action_dtype: DType | None = None
                ) -> list[tuple[str, np.dtype[Any], tuple[int, ...]]]:
         """(name, dtype, shape) of every fixed column of a fragment of E envs, in the
         order they travel: the one declaration of the fragment's columns (samplers
-        lay out their buffers with it; shards and learners check against it)."""
+        lay out their buffers with it; shards and learners check against it).
+        `obs_dtype` is a plain observation's (uint8 images or float32); a
+        structured one's leaves have their own."""
         T, s = self.T, self.spec
-        act = np.dtype(action_dtype or (np.int64 if s.discrete else np.float32))
-        obs = np.dtype(obs_dtype)
+        act = np.dtype(action_dtype or self.action_dtype())
         f32, flag = np.dtype(np.float32), np.dtype(bool)
-        return [("obs", obs, (T, E, *s.obs_shape)),
-                ("action", act, (T, E) if s.discrete else (T, E, s.n_actions)),
+        if s.structured:
+            obs = [(leaf.column, leaf.dtype, leaf.shape) for leaf in s.leaves]
+        else:
+            obs = [("obs", np.dtype(obs_dtype), s.obs_shape)]
+        rec = bool(self.state_size)
+        return [*[(k, dt, (T, E, *shape)) for k, dt, shape in obs],
+                ("action", act, (T, E, *s.action_shape)),
                 ("terminated", flag, (T, E)), ("truncated", flag, (T, E)),
                 ("valid", flag, (T, E)), ("reward", f32, (T, E)),
                 *[(k, f32, (T, E)) for k in self.extras],
-                (bootstrap("obs"), obs, (E, *s.obs_shape)),
-                *[(bootstrap(k), f32, (E,)) for k in self.extras]]
+                *([(FIRST, flag, (T, E))] if rec else []),
+                *[(bootstrap(k), dt, (E, *shape)) for k, dt, shape in obs],
+                *[(bootstrap(k), f32, (E,)) for k in self.extras],
+                *([(bootstrap(FIRST), flag, (E,)), (STATE, f32, (E, self.state_size))]
+                  if rec else [])]
 
     def shapes(self, E: int) -> dict[str, tuple[int, ...]]:
         return {name: shape for name, _, shape in self.fields(E)}
@@ -102,32 +139,55 @@ class Layout:
         why = shape_problem(a)
         if why:
             return why
-        for k, shape in self.shapes(a["reward"].shape[1]).items():
+        for k, dt, shape in self.fields(a["reward"].shape[1]):
             if k not in a:
                 return f"missing array {k!r}"
             if tuple(a[k].shape) != shape:
                 return f"{k} has shape {tuple(a[k].shape)}, expected {shape}"
+            if self.spec.structured and k.startswith(("obs.", "bootstrap_obs.")) \
+                    and a[k].dtype != dt:
+                return f"{k} has dtype {a[k].dtype}, expected {dt}"
         if not values:
             return ""
-        if self.spec.discrete:
-            act = a["action"]
-            out_of_range = act.size and (act.min() < 0 or act.max() >= self.spec.n_actions)
-            if act.dtype.kind not in "iu" or out_of_range:
-                return "actions out of the discrete range"
-        if a["obs"].dtype != np.uint8 and (a["obs"].dtype.kind != "f"
-                                           or not np.isfinite(a["obs"]).all()):
+        why = self._action_problem(a["action"])
+        if why:
+            return why
+        if self.spec.structured:
+            why = contains_problem(gather(a, self.spec.leaves), self.spec.leaves) \
+                or contains_problem(gather(a, self.spec.leaves, "bootstrap_"), self.spec.leaves)
+            if why:
+                return why
+        elif a["obs"].dtype != np.uint8 and (a["obs"].dtype.kind != "f"
+                                             or not np.isfinite(a["obs"]).all()):
             return "obs is not finite floats or uint8 images"
-        for k in ("reward", *self.extras):
+        for k in ("reward", *self.extras, *((STATE,) if self.state_size else ())):
             if a[k].dtype.kind != "f" or not np.isfinite(a[k]).all():
                 return f"{k} is not finite floats"
+        return ""
+
+    def _action_problem(self, act: np.ndarray) -> str:
+        s = self.spec
+        if s.continuous:
+            return "" if act.dtype.kind == "f" else "actions are not floats"
+        if act.dtype.kind not in "iu":
+            return "actions are not integers"
+        if not act.size:
+            return ""
+        high = {"discrete": s.n_actions - 1, "multibinary": 1}.get(s.kind)
+        if high is not None:
+            return "" if 0 <= act.min() and act.max() <= high else "actions out of range"
+        if act.min() < 0 or (act >= np.asarray(s.nvec)).any():
+            return "actions out of the MultiDiscrete range"
         return ""
 
     def concat(self, frags: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
         """Stack fragments side by side along the env axis: [T, sum E, ...]; only
         the columns an update reads travel on."""
-        out = {k: np.concatenate([f[k] for f in frags], axis=1) for k in (*BASE, *self.extras)}
-        for k in ("obs", *self.extras):
+        out = {k: np.concatenate([f[k] for f in frags], axis=1) for k in self.stepwise}
+        for k in self.twinned:
             out[bootstrap(k)] = np.concatenate([f[bootstrap(k)] for f in frags])
+        if self.state_size:
+            out[STATE] = np.concatenate([f[STATE] for f in frags])
         return out
 
 
@@ -145,6 +205,12 @@ def episodes(terminated: np.ndarray, truncated: np.ndarray, valid: np.ndarray
     return ordinal, how
 
 
+def state_size(policy) -> int:
+    """A recurrent policy's state per env: an LSTM's (h, c), a GRU's h; 0 without."""
+    return {"": 0, "lstm": 2, "gru": 1}[policy.recurrent] * policy.recurrent_size
+
+
 def job_layout(job, spec: EnvSpec) -> Layout:
     """The fragment layout of a job for its env."""
-    return Layout(spec, job.sampling.fragment_length, job.traits.extras)
+    return Layout(spec, job.sampling.fragment_length, job.traits.extras,
+                  state_size(job.algorithm.policy))

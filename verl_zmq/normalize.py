@@ -8,8 +8,9 @@ VecNormalize do."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -69,12 +70,74 @@ class RunningMeanStd:
         self.mean, self.var, self.count = mean.copy(), var.copy(), count
         return True
 
+    def moments(self, raw: Sequence[np.ndarray], prefix: str = "rms_") -> dict[str, np.ndarray]:
+        """The moments of a fragment's raw observations, one array per step."""
+        return moments(np.stack(raw), self.shape, prefix)
 
-def moments(x: np.ndarray, shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    def merge_moments(self, arrays: Mapping[str, np.ndarray], prefix: str = "rms_") -> None:
+        """Fold in a fragment's `moments`; misshapen ones are ignored."""
+        try:
+            mean, var = arrays[f"{prefix}mean"], arrays[f"{prefix}var"]
+            count = float(arrays[f"{prefix}count"][0])
+        except (KeyError, IndexError):
+            return
+        if mean.shape == self.shape and var.shape == self.shape and count > 0:
+            self.merge(mean, var, count)
+
+
+class LeafNorm:
+    """Normalisation of a structured observation ({column: array}): a running
+    mean and variance per Box leaf, the other leaves (images, indices, bits) as
+    they are. Its arrays and moments are RunningMeanStd's, per column:
+    `obs_rms/<column>/mean`, `rms_<column>/mean`."""
+
+    def __init__(self, leaves: Sequence[Any]):
+        self.rms = {leaf.column: RunningMeanStd(leaf.shape) for leaf in leaves
+                    if leaf.kind == "box"}
+
+    def normalize(self, obs: Mapping[str, np.ndarray], clip: float) -> dict[str, np.ndarray]:
+        return {k: self.rms[k].normalize(v, clip) if k in self.rms else v
+                for k, v in obs.items()}
+
+    def update(self, obs: Mapping[str, np.ndarray]) -> None:
+        for k, r in self.rms.items():
+            r.update(obs[k])
+
+    def moments(self, raw: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for k, r in self.rms.items():
+            out.update(r.moments([o[k] for o in raw], f"rms_{k}/"))
+        return out
+
+    def merge_moments(self, arrays: Mapping[str, np.ndarray]) -> None:
+        for k, r in self.rms.items():
+            r.merge_moments(arrays, f"rms_{k}/")
+
+    def to_arrays(self, prefix: str = "obs_rms/") -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for k, r in self.rms.items():
+            out.update(r.to_arrays(f"{prefix}{k}/"))
+        return out
+
+    def load_arrays(self, arrays: dict[str, Any], prefix: str = "obs_rms/") -> bool:
+        return all([r.load_arrays(arrays, f"{prefix}{k}/") for k, r in self.rms.items()])
+
+
+ObsNorm = RunningMeanStd | LeafNorm
+
+
+def obs_norm(spec: Any) -> ObsNorm:
+    """The observation statistics of an env (`EnvSpec`): one RunningMeanStd for a
+    plain observation, a LeafNorm for a structured one."""
+    return LeafNorm(spec.leaves) if spec.structured else RunningMeanStd(spec.obs_shape)
+
+
+def moments(x: np.ndarray, shape: tuple[int, ...], prefix: str = "rms_"
+            ) -> dict[str, np.ndarray]:
     """A fragment's raw-observation moments, as fragment arrays."""
     flat = x.reshape(-1, *shape).astype(np.float64)
-    return {"rms_mean": flat.mean(0), "rms_var": flat.var(0),
-            "rms_count": np.array([flat.shape[0]], np.float64)}
+    return {f"{prefix}mean": flat.mean(0), f"{prefix}var": flat.var(0),
+            f"{prefix}count": np.array([flat.shape[0]], np.float64)}
 
 
 def discounted_returns(reward: np.ndarray, done: np.ndarray, gamma: float) -> np.ndarray:

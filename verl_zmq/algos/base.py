@@ -93,13 +93,14 @@ class Algorithm(ABC):
     """One RL algorithm: networks, acting, learning, state."""
 
     name: ClassVar[str]
+    state_size = 0  # a recurrent policy's state per env (see policy/actor.py)
     # attributes a checkpoint holds: modules and optimisers (state_dict), or tensors
     state_attrs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, job: Job, spec: EnvSpec, device: str = "cpu",
                  worker: tuple[int, int] = (0, 1), obs_transform: ObsTransform | None = None,
                  acting_seed: int | None = None, reduce_grads: GradReduce | None = None):
-        why = fit_problem(job, spec.discrete)
+        why = fit_problem(job, spec.kind, bool(spec.images))
         if why:
             raise ValueError(why)
         self.job = job
@@ -134,7 +135,7 @@ class Algorithm(ABC):
             except ValueError as e:
                 raise ValueError(f"algorithm.init_from: {path!r} does not fit this job's "
                                  f"policy: {e}") from None
-        elif self.traits.numpy_actor:
+        elif self.traits.numpy_actor and not self.spec.images:
             from ..policy.initial import initial_policy_arrays
 
             self.load_policy_arrays(initial_policy_arrays(self.job, self.spec))
@@ -192,9 +193,10 @@ class Algorithm(ABC):
                 torch.as_tensor(act, device=self.device))
 
     @abstractmethod
-    def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0
-            ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Actions for a batch of observations, and the extras to record."""
+    def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0,
+            state: Any = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions for a batch of observations, and the extras to record
+        (`policy/actor.py`: `state` for recurrent policies)."""
 
     def env_action(self, action: np.ndarray) -> np.ndarray:
         """What the env receives for a recorded action (e.g. clipped to bounds)."""

@@ -90,7 +90,7 @@ class DQN(Algorithm):
         return epsilon(self.params, self.worker_index, self.num_workers, env_steps)
 
     def act(self, obs: np.ndarray, deterministic: bool = False,
-            env_steps: int = 0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+            env_steps: int = 0, state: Any = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.no_grad():
             q = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
         return epsilon_greedy(q.cpu().numpy(), self.epsilon(env_steps),

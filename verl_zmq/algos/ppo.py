@@ -18,10 +18,13 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from ..batch import bootstrap, episodes
+from ..batch import FIRST, STATE, bootstrap, episodes
 from ..config.sections import ceil_div
+from ..envs.spaces import gather
+from ..policy.encoders import obs_apply, obs_tensor
 from ..policy.net import PolicyNet
 from ..policy.nets import actor_critic
+from ..policy.numpy_actor import env_action_of
 from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
 from .core import (
     ADVANTAGE_ESTIMATORS,
@@ -76,13 +79,19 @@ class PPO(Algorithm):
         # sequence tasks: a sampler's env answers each prompt group_size times
         self.group_size = int(job.environment.kwargs.get("group_size", 1))
         self.net = actor_critic(spec, job.algorithm.policy).to(self.device)
+        self.leaves = spec.leaves
+        # recurrent policies learn on sequences of `chunk` steps (a fragment's, or a
+        # part of one) that start from the state their sampler shipped
+        self.recurrent = bool(self.net.recurrent)
+        self.state_size = self.net.state_size if self.recurrent else 0  # type: ignore[assignment]
+        self.chunk = p.recurrence or job.sampling.fragment_length
         self.init_policy()
         self.ref: PolicyNet | None = None  # the frozen reference policy of the KL term
         self.kl_ref = 0.0  # the last batch's mean KL of the behaviour policy to it
         if p.kl_coef > 0:
             self.ref = copy.deepcopy(self.net).requires_grad_(False)
         self.opt = adam(self.net.parameters(), p.learning_rate, eps=1e-5)
-        if not spec.discrete:
+        if spec.continuous:
             self.low = np.array(spec.action_low, np.float32)
             self.high = np.array(spec.action_high, np.float32)
 
@@ -95,20 +104,76 @@ class PPO(Algorithm):
         head = torch.nn.Sequential(enc, self.net.pi) if enc is not None else self.net.pi
         return head, "argmax" if self.spec.discrete else "clip"
 
-    def act(self, obs: np.ndarray, deterministic: bool = False,
-            env_steps: int = 0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0,
+            state: Any = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         with torch.no_grad():
-            o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            o = obs_tensor(obs, self.device)
+            if self.recurrent:
+                return self._act_recurrent(o, deterministic, state)
             d = self.net.dist(o, acting=True)
-            a = self.net.mode(d) if deterministic else d.sample()
+            a = self.net.mode(d) if deterministic else self.net.sample(d)
             extras = {"logp": self.net.log_prob(d, a).cpu().numpy()}
             if self.recipe.critic:
                 extras["value"] = self.net.value(o, acting=True).cpu().numpy()
         return a.cpu().numpy(), extras
 
+    def _act_recurrent(self, o: Any, deterministic: bool, state: Any
+                       ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        n = len(next(iter(o.values()))) if isinstance(o, dict) else len(o)
+        h, first = state if state is not None else (
+            np.zeros((n, self.state_size), np.float32), np.ones(n, bool))
+        out, value, nxt = self.net.step(o, torch.as_tensor(h, device=self.device),  # type: ignore[operator]
+                                        torch.as_tensor(first, device=self.device))
+        d = self.net.make_dist(out)
+        a = self.net.mode(d) if deterministic else self.net.sample(d)
+        return a.cpu().numpy(), {"logp": self.net.log_prob(d, a).cpu().numpy(),
+                                 "value": value.cpu().numpy(),
+                                 "rnn_state": nxt.cpu().numpy()}
+
     def env_action(self, action: np.ndarray) -> np.ndarray:
         """What the env receives: continuous actions clipped to the Box bounds."""
-        return action if self.spec.discrete else np.clip(action, self.low, self.high)
+        if self.spec.continuous:
+            return np.clip(action, self.low, self.high)
+        return env_action_of(self.spec, action)
+
+    def _flat_obs(self, batch: Arrays, prefix: str = "") -> Any:
+        """A batch's [T, N, ...] observation columns as [T * N, ...] tensors."""
+        def flat(x: Any) -> np.ndarray:
+            x = np.asarray(x)
+            return x.reshape(-1, *x.shape[2:]) if not prefix else x
+        return obs_tensor(obs_apply(gather(batch, self.leaves, prefix), flat), self.device)
+
+    def _sequence_pass(self, batch: Arrays, net: PolicyNet | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """A recurrent network over a whole [T, N] batch, chunk by chunk from the
+        shipped states: log pi(a_t|h_t), V(h_t) [T, N], the bootstrap value [N] and
+        the state before each chunk [K, N, S]."""
+        net = net or self.net
+        T, N = batch["reward"].shape
+        L = self.chunk
+        obs = obs_apply(gather(batch, self.leaves),
+                        lambda x: torch.as_tensor(np.swapaxes(np.asarray(x), 0, 1),
+                                                  device=self.device))
+        first = torch.as_tensor(np.asarray(batch[FIRST]).T, device=self.device)
+        act = torch.as_tensor(np.swapaxes(np.asarray(batch["action"]), 0, 1),
+                              device=self.device)
+        h = torch.as_tensor(np.asarray(batch[STATE]), device=self.device)
+        logps, values, starts = [], [], []
+        with torch.no_grad():
+            for k in range(T // L):
+                cut = slice(k * L, (k + 1) * L)
+                starts.append(h)
+                out, v, h = net.unroll(obs_apply(obs, lambda x: x[:, cut]), h,  # type: ignore[operator]
+                                       first[:, cut])
+                a = act[:, cut]
+                logps.append(net.log_prob(net.make_dist(out.reshape(N * L, -1)),
+                                          a.reshape(N * L, *a.shape[2:])).reshape(N, L))
+                values.append(v)
+            boot_obs = obs_tensor(gather(batch, self.leaves, "bootstrap_"), self.device)
+            _, boot, _ = net.step(boot_obs, h, torch.as_tensor(  # type: ignore[operator]
+                np.asarray(batch[bootstrap(FIRST)]), device=self.device))
+        return (torch.cat(logps, 1).T.cpu().numpy(), torch.cat(values, 1).T.cpu().numpy(),
+                boot.cpu().numpy(), torch.stack(starts).cpu().numpy())
 
     # -- learning ---------------------------------------------------------------
 
@@ -122,18 +187,16 @@ class PPO(Algorithm):
 
     def _now(self, batch: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The current network's log pi(a_t|x_t), V(x_t) and V(bootstrap obs)."""
+        if self.recurrent:
+            return self._sequence_pass(batch)[:3]
         T, N = batch["reward"].shape
         with torch.no_grad():
-            obs = np.asarray(batch["obs"])
-            obs_t = torch.as_tensor(obs.reshape(T * N, *obs.shape[2:]),
-                                    dtype=torch.float32, device=self.device)
+            obs_t = self._flat_obs(batch)
             act = torch.as_tensor(np.asarray(batch["action"]).reshape(T * N, *np.shape(
                 batch["action"])[2:]), device=self.device)
             logp = self.net.log_prob(self.net.dist(obs_t), act).reshape(T, N)
             value = self.net.value(obs_t).reshape(T, N)
-            boot = self.net.value(torch.as_tensor(
-                np.asarray(batch[bootstrap("obs")]), dtype=torch.float32,
-                device=self.device))
+            boot = self.net.value(self._flat_obs(batch, "bootstrap_"))
         return logp.cpu().numpy(), value.cpu().numpy(), boot.cpu().numpy()
 
     def _ref_logp(self, batch: Arrays, seq: np.ndarray) -> np.ndarray:
@@ -143,11 +206,10 @@ class PPO(Algorithm):
         mask = np.asarray(batch["valid"], bool).reshape(-1)
         out = np.zeros(T * N, np.float32)
         if mask.any():
-            obs = np.asarray(batch["obs"])
-            obs = obs.reshape(T * N, *obs.shape[2:])[mask]
             act = np.asarray(batch["action"]).reshape(T * N, *np.shape(batch["action"])[2:])
             with torch.no_grad():
-                o = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+                keep = torch.as_tensor(mask, device=self.device)
+                o = obs_apply(self._flat_obs(batch), lambda x: x[keep])
                 a = torch.as_tensor(act[mask], device=self.device)
                 s = torch.as_tensor(seq.reshape(-1)[mask], device=self.device)
                 out[mask] = self.ref.log_prob(self.ref.dist(o, s), a).cpu().numpy()
@@ -179,6 +241,8 @@ class PPO(Algorithm):
             columns["ref_logp"] = ref
         est = self.advantage_fn(AdvantageInput(batch, self.params, lambda: self._now(batch),
                                                ordinal, how, self.group_size))
+        if self.recurrent:
+            return self._sequences(batch, est, columns), est.stats
         mask = valid.reshape(-1)
         col = np.broadcast_to(np.arange(N), (T, N)).reshape(-1)
 
@@ -186,12 +250,62 @@ class PPO(Algorithm):
             x = np.asarray(x)
             return self.to_device(x.reshape(T * N, *x.shape[2:])[mask])
 
-        data = {"obs": flat(batch["obs"]).float(), "action": flat(batch["action"]),
+        obs = {c: flat(batch[c]) for c in self._obs_columns()}
+        if "obs" in obs:
+            obs["obs"] = obs["obs"].float()
+        data = {**obs, "action": flat(batch["action"]),
                 "logp": flat(batch["logp"]).float(), "value": flat(est.value).float(),
                 "adv": flat(est.adv), "ret": flat(est.ret),
                 "column": self.to_device(col[mask]),
                 **{k: flat(v) for k, v in columns.items()}}
         return data, est.stats
+
+    def _obs_columns(self) -> tuple[str, ...]:
+        return tuple(leaf.column for leaf in self.leaves)
+
+    def _sequences(self, batch: Arrays, est: Any, columns: dict[str, np.ndarray]
+                   ) -> dict[str, torch.Tensor]:
+        """A recurrent update's data: [T, N] columns cut into K = T / chunk sequences
+        per env column, [K * N, chunk, ...] (a minibatch takes whole sequences), and
+        each sequence's initial state `state0` [K * N, S]: the shipped one for the
+        first chunk, the current network's for later ones."""
+        T, N = batch["reward"].shape
+        L = self.chunk
+        K = T // L
+        starts = self._sequence_pass(batch)[3] if K > 1 else np.asarray(batch[STATE])[None]
+
+        def seqs(x: Any) -> torch.Tensor:
+            x = np.asarray(x)
+            x = np.swapaxes(x.reshape(K, L, N, *x.shape[2:]), 1, 2)
+            return self.to_device(np.ascontiguousarray(x.reshape(K * N, L, *x.shape[3:])))
+
+        col = np.broadcast_to(np.arange(N), (T, N))
+        data = {c: seqs(batch[c]) for c in self._obs_columns()}
+        if "obs" in data:
+            data["obs"] = data["obs"].float()
+        data |= {"action": seqs(batch["action"]), "logp": seqs(batch["logp"]).float(),
+                 "value": seqs(est.value).float(), "adv": seqs(est.adv), "ret": seqs(est.ret),
+                 "column": seqs(col), "valid": seqs(np.asarray(batch["valid"], bool)),
+                 "first": seqs(np.asarray(batch[FIRST], bool)),
+                 **{k: seqs(v) for k, v in columns.items()},
+                 "state0": self.to_device(starts.reshape(K * N, -1)).float()}
+        return data
+
+    _STEPWISE = ("action", "logp", "value", "adv", "ret", "column", "seq", "ref_logp")
+
+    def _forward(self, mb: Mapping[str, torch.Tensor]) -> tuple[
+            Any, Any, Mapping[str, torch.Tensor]]:
+        """The policy on a minibatch, its values (on demand) and the minibatch's
+        per-step tensors as flat [B] valid steps (a recurrent minibatch of sequences
+        is unrolled, then its valid steps taken)."""
+        obs = gather(mb, self.leaves)
+        if not self.recurrent:
+            seq = mb.get("seq")  # each step's episode, where the minibatch says
+            return self.net.dist(obs, seq), lambda: self.net.value(obs, seq), mb
+        out, v, _ = self.net.unroll(obs, mb["state0"], mb["first"])  # type: ignore[operator]
+        m = mb["valid"]
+        flat = {k: t[m] for k, t in mb.items() if k in self._STEPWISE}
+        return self.net.make_dist(out[m]), lambda: v[m], flat
 
     def kl_term(self, new_logp: torch.Tensor, mb: Mapping[str, torch.Tensor],
                 stats: dict[str, Any]) -> torch.Tensor:
@@ -207,8 +321,7 @@ class PPO(Algorithm):
 
     def loss(self, mb: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         p, critic = self.params, self.recipe.critic
-        seq = mb.get("seq")  # each step's episode, where the minibatch says
-        d = self.net.dist(mb["obs"], seq)
+        d, values, mb = self._forward(mb)
         new_logp = self.net.log_prob(d, mb["action"])
         adv = mb["adv"]
         if critic and p.normalize_advantage and adv.numel() > 1:
@@ -219,7 +332,7 @@ class PPO(Algorithm):
         stats: dict[str, Any] = {}
         loss = pg_loss
         if critic:
-            v = self.net.value(mb["obs"], seq)
+            v = values()
             v_loss = (v - mb["ret"]) ** 2
             if p.clip_range_vf > 0:
                 v_clip = mb["value"] + (v - mb["value"]).clamp(-p.clip_range_vf,
@@ -261,12 +374,15 @@ class PPO(Algorithm):
         for g in self.opt.param_groups:
             g["lr"] = scheduled(p.learning_rate, p.lr_schedule, self.progress)
         data, estimated = self.prepare(batch)
-        n = data["obs"].shape[0]
-        sums, count = self._epochs(data, at, max(1, min(p.minibatch_size, n)))
+        n = len(data["adv"])  # steps, or a recurrent update's sequences
+        mbs = max(1, p.minibatch_size // self.chunk) if self.recurrent else p.minibatch_size
+        sums, count = self._epochs(data, at, max(1, min(mbs, n)))
         self.updates += 1
         out = {k: float(v) / max(count, 1) for k, v in sums.items()}
         if self.recipe.critic:
             y, pred = data["ret"], data["value"]
+            if self.recurrent:
+                y, pred = y[data["valid"]], pred[data["valid"]]
             var = float(y.var()) if y.numel() > 1 else 0.0
             out["losses/explained_variance"] = (1 - float((y - pred).var()) / var
                                                 if var > 0 else 0.0)
@@ -274,7 +390,7 @@ class PPO(Algorithm):
             out["losses/value_spread"] = float(pred.std()) / var ** 0.5 if var > 0 else 1.0
         out["charts/learning_rate"] = self.opt.param_groups[0]["lr"]
         out["charts/clip_range"] = self.clip()[1]
-        out["charts/batch_steps"] = float(n)
+        out["charts/batch_steps"] = float(data["valid"].sum()) if self.recurrent else float(n)
         if self.ref is not None:
             out["charts/kl_ref"] = self.kl_ref
         out.update(estimated)
@@ -285,7 +401,7 @@ class PPO(Algorithm):
         """`n_epochs` passes of minibatch steps (fewer when `target_kl` stops them):
         each step's statistics summed as tensors (read once, after), and the count."""
         p = self.params
-        n = data["obs"].shape[0]
+        n = len(data["adv"])
         sums: dict[str, Any] = {}
         count = 0
         params = list(self.net.parameters())
@@ -318,7 +434,7 @@ class PPO(Algorithm):
             return 0.0
         w, obs, act = bc
         d = self.net.dist(obs)
-        bc_loss = -self.net.log_prob(d, act if self.spec.discrete else act.float()).mean()
+        bc_loss = -self.net.log_prob(d, act if not self.spec.continuous else act.float()).mean()
         stats["losses/bc_loss"] = bc_loss.detach()
         stats["charts/bc_weight"] = w
         return w * bc_loss

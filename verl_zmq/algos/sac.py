@@ -136,7 +136,7 @@ class SAC(Algorithm):
         return self.actor.net, "squash"
 
     def act(self, obs: np.ndarray, deterministic: bool = False,
-            env_steps: int = 0) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+            env_steps: int = 0, state: Any = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         p = self.params
         if not deterministic and env_steps < p.learning_starts:
             return self.noise.warmup((len(obs), self.spec.n_actions)), {}

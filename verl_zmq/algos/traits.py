@@ -23,7 +23,9 @@ class Traits:
     # Gaussian, with value), "q" (epsilon-greedy Q), "squashed" (tanh Gaussian); ""
     # for none: samplers act with torch
     numpy_actor: str = ""
-    actions: str = "any"  # the action spaces it can act in: "discrete", "box" or "any"
+    # the action spaces it can act in (envs/spaces.py's kinds)
+    actions: tuple[str, ...] = ("discrete", "box", "multidiscrete", "multibinary")
+    recurrent: bool = False  # an LSTM/GRU policy (`policy.recurrent`) is possible
     dueling: bool = False  # a dueling Q head is possible
     # learns from groups of responses to one prompt: needs a sequence env whose
     # fragments hold whole groups (seq/env.py)
@@ -41,18 +43,21 @@ class Traits:
 
 TRAITS: dict[str, Traits] = {
     "ppo": Traits(on_policy=True, extras=("logp", "value"), learns_from_demos=True,
-                  numpy_actor="pg", encoders=True),
+                  numpy_actor="pg", encoders=True, recurrent=True),
     "dapo": Traits(on_policy=True, extras=("logp", "value"), decentralised=True,
                    learns_from_demos=True, numpy_actor="pg", encoders=True,
-                   filters_fragments=True),
+                   filters_fragments=True, recurrent=True),
     # no critic: advantages from the rewards of a prompt's group of responses
-    "grpo": Traits(on_policy=True, extras=("logp",), actions="discrete", grouped=True),
+    "grpo": Traits(on_policy=True, extras=("logp",), actions=("discrete",), grouped=True),
     # Q(s, a) and max_a Q(s, a) at acting time: initial priorities (Ape-X)
     "dqn": Traits(on_policy=False, extras=("q_taken", "q_max"), numpy_actor="q",
-                  actions="discrete", dueling=True, encoders=True, n_step=True),
+                  actions=("discrete",), dueling=True, encoders=True, n_step=True),
     "sac": Traits(on_policy=False, learns_from_demos=True, numpy_actor="squashed",
-                  actions="box", encoders=True),
+                  actions=("box",), encoders=True),
 }
+
+SPACE_NAMES = {"discrete": "Discrete", "box": "Box", "multidiscrete": "MultiDiscrete",
+               "multibinary": "MultiBinary"}
 
 
 def filters_fragments(job: Any) -> bool:
@@ -71,20 +76,36 @@ def n_step(job: Any) -> int:
     return int(job.algorithm.params.n_step) if traits(job.algorithm.name).n_step else 1
 
 
-_OTHER = {"discrete": "continuous (Box) actions: use sac or ppo",
-          "box": "Discrete actions: use dqn or ppo"}
-
-
-def fit_problem(job: Any, discrete: bool) -> str:
-    """Why the job's algorithm and policy cannot act in its env (an env with
-    `discrete` actions or not), or "" when they can. Torch-free: the launcher
-    asks before any role starts, and the algorithms raise it as a ValueError."""
+def fit_problem(job: Any, kind: str, images: bool = False) -> str:
+    """Why the job's algorithm and policy cannot act in its env (one whose action
+    space is of `kind`, envs/spaces.py's kinds; `images`: image leaves in a
+    structured observation), or "" when they can. Torch-free: the launcher asks
+    before any role starts, and the algorithms raise it as a ValueError."""
     name, pol = job.algorithm.name, job.algorithm.policy
     t = traits(name)
-    want_discrete = t.actions == "discrete"
-    if t.actions != "any" and discrete != want_discrete:
-        need = "Discrete actions" if want_discrete else "continuous (Box) actions"
-        return f"algorithm.name: {name} needs {need}; {job.environment.id} has {_OTHER[t.actions]}"
+    if kind not in t.actions:
+        takers = sorted(a for a, x in TRAITS.items() if kind in x.actions)
+        return (f"algorithm.name: {job.environment.id} has {SPACE_NAMES[kind]} actions, "
+                f"which {name} does not take ({', '.join(takers)} do)")
+    if pol.recurrent:
+        if not t.recurrent:
+            takers = sorted(a for a, x in TRAITS.items() if x.recurrent)
+            return (f"algorithm.policy.recurrent: recurrent policies are for "
+                    f"{', '.join(takers)}, not {name}")
+        if pol.kind == "transformer":
+            return "algorithm.policy.recurrent: a transformer policy has no recurrent core"
+        if pol.recurrent_size < 1:
+            return "algorithm.policy.recurrent_size: must be at least 1"
+        if job.algorithm.bc.demos or job.algorithm.params.kl_coef > 0:
+            return ("algorithm.policy.recurrent: a recurrent policy learns without "
+                    "demonstrations (algorithm.bc) and without a KL term (kl_coef)")
+        rec = job.algorithm.params.recurrence
+        T = job.sampling.fragment_length
+        if rec < 0 or (rec and T % rec):
+            return (f"algorithm.params.recurrence: {rec} must divide sampling.fragment_length "
+                    f"{T} (0: whole fragments)")
+    if images and not t.encoders:
+        return f"environment: {name} takes no image observations"
     if pol.encoder != "mlp" and not t.encoders:
         return (f"algorithm.policy.encoder: convolutional encoders are for ppo, dapo, dqn "
                 f"and sac; "

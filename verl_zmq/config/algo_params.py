@@ -39,6 +39,9 @@ class PPOParams:
     # how per-step losses become one (algos/core.py's aggregations): "token-mean" (=
     # "step-mean"), "seq-mean-token-sum" (per episode/response), "fragment-mean"
     loss_agg: LossAgg = "token-mean"
+    # recurrent policies: the steps of one training sequence (a chunk of a fragment,
+    # which starts from the state its sampler shipped); 0: the whole fragment
+    recurrence: int = 0
 
 
 @dataclass(frozen=True)

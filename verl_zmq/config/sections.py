@@ -106,6 +106,10 @@ class Policy:
     n_heads: int = 4
     log_std_init: float = 0.0
     dueling: bool = False
+    # memory (ppo, dapo): an LSTM or GRU core after the encoder; samplers carry its
+    # state per env and ship each fragment's initial state
+    recurrent: Literal["", "lstm", "gru"] = ""
+    recurrent_size: int = 64
 
 
 @dataclass(frozen=True)

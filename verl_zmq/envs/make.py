@@ -19,9 +19,11 @@ import gymnasium as gym
 import numpy as np
 
 from .. import pixels, seq  # noqa: F401  (register their env ids)
+from . import tasks  # noqa: F401  (registers its env ids)
 from ..config import Environment
 from ..importing import load_object
 from .guard import GuardedVectorEnv
+from .spaces import Leaf, SpaceError, action_space, obs_leaves, plain
 
 
 class EnvError(Exception):
@@ -30,14 +32,44 @@ class EnvError(Exception):
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """What the networks need to know of an env's spaces."""
+    """What the networks need to know of an env's spaces. `obs_shape` is a plain
+    observation's shape, or for a structured one (`obs`: its leaves, see
+    `spaces.py`) the flat features' `(width,)`. `n_actions` is the number of
+    actions (Discrete), the action dimension (Box), or the policy's logits
+    (MultiDiscrete: the sum of `nvec`; MultiBinary: one per bit)."""
 
     obs_shape: tuple[int, ...]
     discrete: bool
-    n_actions: int  # discrete: number of actions; continuous: action dimension
+    n_actions: int
     action_shape: tuple[int, ...]
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
+    obs: tuple[Leaf, ...] = ()  # () : one Box leaf of obs_shape
+    action_kind: str = ""  # "" : "discrete" or "box", as `discrete` says
+    nvec: tuple[int, ...] = ()  # MultiDiscrete: each action's number of choices
+
+    @property
+    def leaves(self) -> tuple[Leaf, ...]:
+        return self.obs or (Leaf((), "box", self.obs_shape),)
+
+    @property
+    def structured(self) -> bool:
+        """Observations are {column: array} (Dict, Tuple, Discrete, MultiBinary)."""
+        return not plain(self.leaves)
+
+    @property
+    def images(self) -> tuple[Leaf, ...]:
+        """Leaves a convolutional encoder reads, in a structured observation."""
+        return tuple(leaf for leaf in self.leaves if leaf.kind == "image") \
+            if self.structured else ()
+
+    @property
+    def kind(self) -> str:
+        return self.action_kind or ("discrete" if self.discrete else "box")
+
+    @property
+    def continuous(self) -> bool:
+        return self.kind == "box"
 
 
 def _load_object(path: str, what: str):
@@ -203,17 +235,17 @@ def make_vector_env(cfg: Environment, num_envs: int, seed: int,
 
 
 def spec_of(obs_space: gym.Space, act_space: gym.Space, env_id: str) -> EnvSpec:
-    if not isinstance(obs_space, gym.spaces.Box):
-        raise EnvError(f"{env_id}: observation space {obs_space} is not supported "
-                       f"(only Box observations)")
-    if isinstance(act_space, gym.spaces.Discrete):
-        return EnvSpec(tuple(obs_space.shape), True, int(act_space.n), ())
-    if isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
-        return EnvSpec(tuple(obs_space.shape), False, int(act_space.shape[0]),
-                       tuple(act_space.shape), tuple(map(float, act_space.low)),
-                       tuple(map(float, act_space.high)))
-    raise EnvError(f"{env_id}: action space {act_space} is not supported "
-                   f"(only Discrete and 1-d Box actions)")
+    try:
+        leaves = obs_leaves(obs_space, f"{env_id}: observation space")
+        act = action_space(act_space, f"{env_id}: action space")
+    except SpaceError as e:
+        raise EnvError(str(e)) from None
+    if plain(leaves):
+        shape, obs = leaves[0].shape, ()
+    else:
+        shape, obs = (sum(leaf.width for leaf in leaves),), leaves
+    return EnvSpec(shape, act.kind == "discrete", act.n, act.shape, act.low, act.high,
+                   obs, "" if act.kind in ("discrete", "box") else act.kind, act.nvec)
 
 
 def env_spec(cfg: Environment) -> EnvSpec:

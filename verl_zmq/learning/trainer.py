@@ -29,7 +29,7 @@ from ..config import Job, dumps_job
 from ..envs.make import EnvSpec
 from ..files import clean_temporaries, free_mb
 from ..log import write_failed
-from ..normalize import RunningMeanStd, scale_rewards
+from ..normalize import RunningMeanStd, obs_norm, scale_rewards
 from .critic_watch import CriticWatch
 from .state import TrainState
 
@@ -62,7 +62,7 @@ class Trainer:
         # the primary (rank 0) writes checkpoints
         self.sum_steps, self.primary = sum_steps, primary
         self.checkpoint_dir = checkpoint_dir
-        self.rms = RunningMeanStd(spec.obs_shape)
+        self.rms = obs_norm(spec)
         self.ret_rms = RunningMeanStd(())  # environment.normalize_reward (on-policy)
         norm = job.environment.normalize_obs
         # demonstrations are raw observations: they are normalised like the fragments
@@ -88,10 +88,9 @@ class Trainer:
         """Every accepted fragment: its finished episodes and observation moments."""
         if "ep_return" in arrays:
             self.returns.extend(np.asarray(arrays["ep_return"], np.float64).tolist()[-100:])
-        if self.job.environment.normalize_obs and "rms_mean" in arrays:
+        if self.job.environment.normalize_obs:
             with contextlib.suppress(KeyError, ValueError, IndexError):
-                self.rms.merge(arrays["rms_mean"], arrays["rms_var"],
-                               float(arrays["rms_count"][0]))
+                self.rms.merge_moments(arrays)
 
     def mean_return(self) -> float:
         return float(np.mean(self.returns)) if self.returns else 0.0

@@ -30,7 +30,7 @@ def check_job(job: Job, networks: bool = True) -> list[str]:
         spec = env_spec(job.environment)
     except EnvError as e:
         return [str(e)]
-    why = fit_problem(job, spec.discrete)
+    why = fit_problem(job, spec.kind, bool(spec.images))
     problems: list[str] = [why] if why else []
     if networks and not problems:
         try:

@@ -14,7 +14,8 @@ from torch import nn
 from ..checkpoint import load
 from ..config import Job, loads_job
 from ..envs.make import EnvSpec, env_spec
-from ..normalize import RunningMeanStd
+from ..normalize import ObsNorm, obs_norm
+from ..policy.evaluate import policy_input
 
 
 @dataclass
@@ -24,15 +25,19 @@ class LoadedPolicy:
     job: Job
     spec: EnvSpec
     algo: object
-    rms: RunningMeanStd | None
+    rms: ObsNorm | None
     meta: dict
 
-    def actions(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        """Env actions for a batch of raw observations (the mode, or sampled)."""
-        o = (self.rms.normalize(obs, self.job.environment.clip_obs) if self.rms is not None
-             else np.asarray(obs, np.float32))
-        a, _ = self.algo.act(o, deterministic=deterministic)
-        return self.algo.env_action(a)
+    def actions(self, obs, deterministic: bool = True, state=None):
+        """Env actions for a batch of raw observations (the mode, or sampled); a
+        recurrent policy takes `state` = (states [B, S], episode starts [B]) and
+        returns (actions, next states)."""
+        o = policy_input(obs, self.spec, self.rms, self.job.environment.clip_obs)
+        if state is None:
+            a, _ = self.algo.act(o, deterministic=deterministic)
+            return self.algo.env_action(a)
+        a, ex = self.algo.act(o, deterministic=deterministic, state=state)
+        return self.algo.env_action(a), ex["rnn_state"]
 
 
 def load_policy(path: str | Path) -> LoadedPolicy:
@@ -48,7 +53,7 @@ def load_policy(path: str | Path) -> LoadedPolicy:
     algo.load_policy_arrays({k: v.numpy() for k, v in state["policy"].items()})
     rms = None
     if job.environment.normalize_obs:
-        rms = RunningMeanStd(spec.obs_shape)
+        rms = obs_norm(spec)
         rms.load_arrays({k: v.numpy() for k, v in state.get("rms", {}).items()})
     meta = {k: state[k] for k in ("env_steps", "version", "eval_return_mean") if k in state}
     return LoadedPolicy(job, spec, algo, rms, meta)

@@ -71,13 +71,13 @@ class PixelActorCritic(PolicyNet):
 
     def __init__(self, spec: EnvSpec, policy: Policy):
         super().__init__()
-        self.discrete = spec.discrete
+        self.set_actions(spec)
         self.encoder, units = encoder(policy.encoder, spec.obs_shape)
         self.pi = nn.Linear(units, spec.n_actions)
         self.v = nn.Linear(units, 1)
         nn.init.orthogonal_(self.pi.weight, 0.01)
         nn.init.zeros_(self.pi.bias)
-        if not self.discrete:
+        if spec.continuous:
             self.log_std = nn.Parameter(torch.full((spec.n_actions,), policy.log_std_init))
         self._memo: tuple = (None, None, None)
 
@@ -92,11 +92,7 @@ class PixelActorCritic(PolicyNet):
         return h
 
     def dist(self, obs, seq=None, acting=False):
-        out = self.pi(self._features(obs))
-        if self.discrete:
-            return torch.distributions.Categorical(logits=out, validate_args=False)
-        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out),
-                                          validate_args=False)
+        return self.make_dist(self.pi(self._features(obs)))
 
     def value(self, obs, seq=None, acting=False):
         return self.v(self._features(obs)).squeeze(-1)

@@ -4,9 +4,12 @@ algorithm (`algos.base.Algorithm`) implement it; `actors.make_actor` picks one."
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
+
+# a recurrent policy's state per env [E, S] and which envs start an episode [E]
+State = tuple[np.ndarray, np.ndarray]
 
 
 class Actor(Protocol):
@@ -17,9 +20,14 @@ class Actor(Protocol):
     @property
     def extras(self) -> tuple[str, ...]: ...
 
-    def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0
-            ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Actions for a batch of observations, and the extras of each step."""
+    state_size: int  # a recurrent policy's state per env; 0: not recurrent
+    spec: Any  # the env's spaces (envs.make.EnvSpec)
+
+    def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0,
+            state: State | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Actions for a batch of observations, and the extras of each step. A
+        recurrent policy takes its `state` (zeroed where an episode starts; None:
+        all start) and returns the next one as the extra `rnn_state`."""
 
     def env_action(self, action: np.ndarray) -> np.ndarray:
         """What the env receives for `action` (continuous actions clipped or rescaled)."""

@@ -11,7 +11,8 @@ import gymnasium as gym
 import numpy as np
 
 from ..envs.make import make_env
-from ..normalize import RunningMeanStd
+from ..envs.spaces import split
+from ..normalize import ObsNorm
 from .actor import Actor
 
 
@@ -38,7 +39,39 @@ def _eval_env(job: Any, video_dir: str, prefix: str) -> gym.Env[Any, Any]:
                                     name_prefix=prefix, disable_logger=True)
 
 
-def evaluate(algo: Actor, job: Any, rms: RunningMeanStd | None, episodes: int, seed: int,
+def policy_input(raw: Any, spec: Any, rms: ObsNorm | None, clip: float) -> Any:
+    """What a policy acts on from raw (batched) observations as the env gives them:
+    a structured one as {column: array}, normalised with `rms` when given."""
+    obs = split(raw, spec.leaves) if spec.structured else raw
+    if rms is not None:
+        return rms.normalize(obs, clip)
+    return obs if spec.structured else np.asarray(obs, np.float32)
+
+
+class Memory:
+    """A recurrent policy's state across calls for a batch of envs (none for others):
+    `act` passes it and keeps the next one; envs whose episode starts are marked
+    with `start`."""
+
+    def __init__(self, actor: Any, n: int):
+        self.actor = actor
+        self.size = int(getattr(actor, "state_size", 0))
+        self.state = np.zeros((n, self.size), np.float32)
+        self.first = np.ones(n, bool)
+
+    def act(self, obs: Any, deterministic: bool) -> np.ndarray:
+        if not self.size:
+            a, _ = self.actor.act(obs, deterministic=deterministic)
+            return a  # type: ignore[no-any-return]
+        a, ex = self.actor.act(obs, deterministic=deterministic, state=(self.state, self.first))
+        self.state, self.first = ex["rnn_state"], np.zeros_like(self.first)
+        return a  # type: ignore[no-any-return]
+
+    def start(self, which: np.ndarray) -> None:
+        self.first |= which
+
+
+def evaluate(algo: Actor, job: Any, rms: ObsNorm | None, episodes: int, seed: int,
              deterministic: bool = True, video_dir: str = "", prefix: str = "eval"
              ) -> np.ndarray:
     """Run `episodes` episodes at once (one env each, seeds seed..seed+n-1); their returns.
@@ -52,9 +85,10 @@ def evaluate(algo: Actor, job: Any, rms: RunningMeanStd | None, episodes: int, s
         returns = np.zeros(episodes)
         active = np.ones(episodes, bool)
         clip = job.environment.clip_obs
+        memory = Memory(algo, episodes)
+        spec = algo.spec  # type: ignore[attr-defined]
         while active.any():
-            o = rms.normalize(obs, clip) if rms is not None else obs.astype(np.float32)
-            a, _ = algo.act(o, deterministic=deterministic)
+            a = memory.act(policy_input(obs, spec, rms, clip), deterministic)
             obs, r, te, tr, _ = venv.step(algo.env_action(a))
             returns += np.where(active, r, 0.0)
             active &= ~(te | tr)  # NEXT_STEP autoreset: later steps of a done env are ignored

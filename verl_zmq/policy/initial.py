@@ -54,6 +54,23 @@ def linear_default(rng: np.random.Generator, prefix: str, n_in: int, n_out: int)
             f"{prefix}.bias": rng.uniform(-b, b, n_out).astype(np.float32)}
 
 
+def recurrent_arrays(rng: np.random.Generator, pol: Any, n_in: int, n_out: int) -> Arrays:
+    """`recurrent.RecurrentActorCritic`'s init: the MLP's as `mlp_arrays`, the core's
+    as torch's LSTMCell/GRUCell (uniform in +-1/sqrt(size)), orthogonal heads."""
+    hidden, size = list(pol.hidden_sizes), pol.recurrent_size
+    gates = (4 if pol.recurrent == "lstm" else 3) * size
+    b = 1.0 / math.sqrt(size)
+    out = mlp_arrays(rng, "enc", n_in, hidden[:-1], hidden[-1], math.sqrt(2))
+    for name, shape in (("weight_ih", (gates, hidden[-1])), ("weight_hh", (gates, size)),
+                        ("bias_ih", (gates,)), ("bias_hh", (gates,))):
+        out[f"core.{name}"] = rng.uniform(-b, b, shape).astype(np.float32)
+    out["pi.weight"] = orthogonal(rng, n_out, size, 0.01)
+    out["pi.bias"] = np.zeros(n_out, np.float32)
+    out["v.weight"] = orthogonal(rng, 1, size, 1.0)
+    out["v.bias"] = np.zeros(1, np.float32)
+    return out
+
+
 def initial_policy_arrays(job: Any, spec: EnvSpec) -> Arrays:
     """The policy's version-0 arrays for the job's numpy-actor kind ("pg", "q",
     "squashed"), from the job seed alone."""
@@ -62,10 +79,15 @@ def initial_policy_arrays(job: Any, spec: EnvSpec) -> Arrays:
     rng = np.random.default_rng([job.experiment.seed, 0x1417])
     n = int(np.prod(spec.obs_shape))
     hidden = list(pol.hidden_sizes)
+    if kind == "pg" and pol.recurrent:
+        out = recurrent_arrays(rng, pol, n, spec.n_actions)
+        if spec.continuous:
+            out["log_std"] = np.full(spec.n_actions, pol.log_std_init, np.float32)
+        return out
     if kind == "pg":
         out = {**mlp_arrays(rng, "pi", n, hidden, spec.n_actions, 0.01),
                **mlp_arrays(rng, "v", n, hidden, 1, 1.0)}
-        if not spec.discrete:
+        if spec.continuous:
             out["log_std"] = np.full(spec.n_actions, pol.log_std_init, np.float32)
         return out
     if kind == "squashed":

@@ -1,8 +1,7 @@
-"""The interface every policy-gradient network implements (`PolicyNet`)."""
+"""The interface every policy-gradient network implements (`PolicyNet`), and
+the action distributions of each action space kind."""
 
 from __future__ import annotations
-
-from typing import cast
 
 import torch
 from torch import nn
@@ -10,15 +9,68 @@ from torch import nn
 Distribution = torch.distributions.Distribution
 
 
+class MultiCategorical(Distribution):
+    """Independent categoricals over a MultiDiscrete action's entries (`nvec`
+    choices each): logits [B, sum(nvec)], actions [B, len(nvec)]; log-probabilities
+    and entropies summed over the entries."""
+
+    arg_constraints: dict = {}
+
+    def __init__(self, logits: torch.Tensor, nvec: tuple[int, ...]):
+        self.parts = [torch.distributions.Categorical(logits=x, validate_args=False)
+                      for x in torch.split(logits, list(nvec), dim=-1)]
+        super().__init__(logits.shape[:-1], validate_args=False)
+
+    def sample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:
+        return torch.stack([p.sample(sample_shape) for p in self.parts], dim=-1)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        return torch.stack([p.log_prob(value[..., i]) for i, p in enumerate(self.parts)],
+                           dim=-1).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return torch.stack([p.entropy() for p in self.parts], dim=-1).sum(-1)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return torch.stack([p.logits.argmax(-1) for p in self.parts], dim=-1)
+
+
 class PolicyNet(nn.Module):
     """What the policy-gradient family calls on its network (`ActorCritic`,
-    `pixels.cnn.PixelActorCritic`, `seq.model.TokenActorCritic`): the policy at
-    each observation, values, log-probabilities, entropies and the mode; `pi`
-    is the policy head (exported alone). `seq` (each step's episode) and
-    `acting` (one step per env) are for sequence models."""
+    `recurrent.RecurrentActorCritic`, `pixels.cnn.PixelActorCritic`,
+    `seq.model.TokenActorCritic`): the policy at each observation, values,
+    log-probabilities, entropies and the mode; `pi` is the policy head (exported
+    alone). `seq` (each step's episode) and `acting` (one step per env) are for
+    sequence models. `kind` is the action space's (envs/spaces.py)."""
 
     pi: nn.Module
     discrete: bool
+    kind: str = ""
+    nvec: tuple[int, ...] = ()
+    log_std: nn.Parameter
+    recurrent: bool = False
+
+    def set_actions(self, spec: object) -> None:
+        self.kind = spec.kind  # type: ignore[attr-defined]
+        self.nvec = spec.nvec  # type: ignore[attr-defined]
+        self.discrete = self.kind == "discrete"
+
+    @property
+    def action_kind(self) -> str:
+        return self.kind or ("discrete" if self.discrete else "box")
+
+    def make_dist(self, out: torch.Tensor) -> Distribution:
+        """The distribution a head's output `out` parameterises."""
+        kind = self.action_kind
+        if kind == "discrete":
+            return torch.distributions.Categorical(logits=out, validate_args=False)
+        if kind == "multidiscrete":
+            return MultiCategorical(out, self.nvec)
+        if kind == "multibinary":
+            return torch.distributions.Bernoulli(logits=out, validate_args=False)
+        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out),
+                                          validate_args=False)
 
     def dist(self, obs: torch.Tensor, seq: torch.Tensor | None = None,
              acting: bool = False) -> Distribution:
@@ -29,14 +81,26 @@ class PolicyNet(nn.Module):
         raise NotImplementedError
 
     def log_prob(self, d: Distribution, a: torch.Tensor) -> torch.Tensor:
+        kind = self.action_kind
+        if kind == "multibinary":
+            return d.log_prob(a.float()).sum(-1)
         lp: torch.Tensor = d.log_prob(a)
-        return lp if self.discrete else lp.sum(-1)
+        return lp if kind in ("discrete", "multidiscrete") else lp.sum(-1)
 
     def entropy(self, d: Distribution) -> torch.Tensor:
         e: torch.Tensor = d.entropy()
-        return e if self.discrete else e.sum(-1)
+        return e if self.action_kind in ("discrete", "multidiscrete") else e.sum(-1)
+
+    def sample(self, d: Distribution) -> torch.Tensor:
+        a = d.sample()
+        return a.long() if self.action_kind == "multibinary" else a
 
     def mode(self, d: Distribution) -> torch.Tensor:
-        out: torch.Tensor = (cast(torch.distributions.Categorical, d).probs.argmax(-1)
-                             if self.discrete else d.mean)
-        return out
+        kind = self.action_kind
+        if kind == "discrete":
+            return d.probs.argmax(-1)  # type: ignore[attr-defined,no-any-return]
+        if kind == "multidiscrete":
+            return d.mode  # type: ignore[no-any-return]
+        if kind == "multibinary":
+            return (d.logits > 0).long()  # type: ignore[attr-defined,no-any-return]
+        return d.mean

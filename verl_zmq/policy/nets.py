@@ -8,6 +8,7 @@ from torch import nn
 
 from ..config import Policy
 from ..envs.make import EnvSpec
+from .encoders import ObsEncoder
 from .net import PolicyNet
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -36,43 +37,58 @@ def obs_dim(spec: EnvSpec) -> int:
 
 
 class ActorCritic(PolicyNet):
-    """Separate policy and value MLPs; categorical or diagonal-Gaussian policy."""
+    """Separate policy and value MLPs on the observation's features (`ObsEncoder`);
+    a categorical, multi-categorical, Bernoulli or diagonal-Gaussian policy."""
 
     def __init__(self, spec: EnvSpec, policy: Policy):
         super().__init__()
-        self.discrete = spec.discrete
-        n = obs_dim(spec)
+        self.set_actions(spec)
+        self.features = ObsEncoder(spec, policy)
+        n = self.features.units
         self.pi = mlp(n, policy.hidden_sizes, spec.n_actions, policy.activation, 0.01)
         self.v = mlp(n, policy.hidden_sizes, 1, policy.activation, 1.0)
-        if not self.discrete:
+        if spec.continuous:
             self.log_std = nn.Parameter(torch.full((spec.n_actions,), policy.log_std_init))
+        self._memo: tuple = (None, None, None)
+
+    def _features(self, obs) -> torch.Tensor:
+        # a structured observation's features are computed once for both heads
+        if not self.features.structured:
+            return self.features(obs)
+        key = torch.is_grad_enabled()
+        if self._memo[0] is obs and self._memo[1] == key:
+            return self._memo[2]
+        h = self.features(obs)
+        self._memo = (obs, key, h)
+        return h
 
     def dist(self, obs: torch.Tensor, seq: torch.Tensor | None = None, acting: bool = False
              ) -> torch.distributions.Distribution:
         """The policy at each observation (`seq`, the episode of each, and `acting`
         are for sequence models: see `seq/model.py`)."""
-        out = self.pi(obs.flatten(1))
-        if self.discrete:
-            return torch.distributions.Categorical(logits=out, validate_args=False)
-        return torch.distributions.Normal(out, self.log_std.exp().expand_as(out),
-                                          validate_args=False)
+        return self.make_dist(self.pi(self._features(obs)))
 
     def value(self, obs: torch.Tensor, seq: torch.Tensor | None = None,
               acting: bool = False) -> torch.Tensor:
-        out: torch.Tensor = self.v(obs.flatten(1)).squeeze(-1)
+        out: torch.Tensor = self.v(self._features(obs)).squeeze(-1)
         return out
 
 
 
 def actor_critic(spec: EnvSpec, policy: Policy) -> PolicyNet:
-    """The policy-gradient network for `policy.kind` and `policy.encoder`: MLPs, a
-    causal transformer over token observations (`seq/model.py`), or a
-    convolutional encoder over images (`pixels/cnn.py`)."""
+    """The policy-gradient network for `policy.kind`, `policy.recurrent` and
+    `policy.encoder`: MLPs, a causal transformer over token observations
+    (`seq/model.py`), an LSTM or GRU core (`recurrent.py`), or a convolutional
+    encoder over images (`pixels/cnn.py`)."""
     if policy.kind == "transformer":
         from ..seq.model import TokenActorCritic
 
         return TokenActorCritic(spec, policy)
-    if policy.encoder != "mlp":
+    if policy.recurrent:
+        from .recurrent import RecurrentActorCritic
+
+        return RecurrentActorCritic(spec, policy)
+    if policy.encoder != "mlp" and not spec.structured:
         from ..pixels.cnn import PixelActorCritic
 
         return PixelActorCritic(spec, policy)

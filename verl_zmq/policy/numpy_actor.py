@@ -24,7 +24,8 @@ import numpy as np
 
 from ..algos.exploration import ActionNoise, apex_priorities, epsilon, epsilon_greedy
 from ..envs.make import EnvSpec
-from .actor import Actor
+from ..envs.spaces import features
+from .actor import Actor, State
 from .initial import initial_policy_arrays
 
 Acted = tuple[np.ndarray, dict[str, np.ndarray]]
@@ -43,6 +44,34 @@ def mlp(arrays: dict[str, np.ndarray], prefix: str, x: np.ndarray, activation: s
         if n + 1 < len(idx):
             x = act(x)
     return x
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    out: np.ndarray = 0.5 * (1.0 + np.tanh(0.5 * x))  # torch.sigmoid, without overflow
+    return out
+
+
+def lstm_step(A: dict[str, np.ndarray], x: np.ndarray, state: np.ndarray) -> np.ndarray:
+    """torch.nn.LSTMCell (gates i, f, g, o) on state rows [h | c]."""
+    size = A["core.weight_hh"].shape[1]
+    h, c = state[:, :size], state[:, size:]
+    z = x @ A["core.weight_ih"].T + A["core.bias_ih"] + h @ A["core.weight_hh"].T \
+        + A["core.bias_hh"]
+    i, f, g, o = (z[:, k * size:(k + 1) * size] for k in range(4))
+    c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+    return np.concatenate([sigmoid(o) * np.tanh(c), c], axis=1)
+
+
+def gru_step(A: dict[str, np.ndarray], x: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """torch.nn.GRUCell (gates r, z, n)."""
+    size = A["core.weight_hh"].shape[1]
+    gi = x @ A["core.weight_ih"].T + A["core.bias_ih"]
+    gh = h @ A["core.weight_hh"].T + A["core.bias_hh"]
+    r = sigmoid(gi[:, :size] + gh[:, :size])
+    z = sigmoid(gi[:, size:2 * size] + gh[:, size:2 * size])
+    n = np.tanh(gi[:, 2 * size:] + r * gh[:, 2 * size:])
+    out: np.ndarray = (1.0 - z) * n + z * h
+    return out
 
 
 def log_softmax(z: np.ndarray) -> np.ndarray:
@@ -74,7 +103,10 @@ class NumpyActor:
         self.rng = np.random.default_rng(job.experiment.seed if acting_seed is None
                                          else acting_seed)
         self.arrays: dict[str, np.ndarray] = initial_policy_arrays(job, spec)
-        if not spec.discrete:
+        self.recurrent = self.kind == "pg" and self.policy.recurrent
+        self.state_size = ((2 if self.policy.recurrent == "lstm" else 1)
+                           * self.policy.recurrent_size if self.recurrent else 0)
+        if spec.continuous:
             self.low = np.array(spec.action_low, np.float32)
             self.high = np.array(spec.action_high, np.float32)
         if self.kind == "squashed":
@@ -84,7 +116,8 @@ class NumpyActor:
         """Take published params; ValueError when they lack what this policy reads."""
         own = {k: np.asarray(v, np.float32) for k, v in arrays.items()
                if not k.startswith("obs_rms/")}
-        need = {"pg": "pi.0.weight", "squashed": "net.0.weight",
+        need = {"pg": "enc.0.weight" if self.recurrent else "pi.0.weight",
+                "squashed": "net.0.weight",
                 "q": "trunk.0.weight" if self.policy.dueling else "q.0.weight"}[self.kind]
         if need not in own or own[need].shape[1] != int(np.prod(self.spec.obs_shape)):
             raise ValueError(f"params lack {need} for {self.spec.obs_shape} observations")
@@ -92,10 +125,14 @@ class NumpyActor:
 
     # -- acting -------------------------------------------------------------------
 
-    def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0) -> Acted:
-        x = np.asarray(obs, np.float32).reshape(len(obs), -1)
+    def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0,
+            state: State | None = None) -> Acted:
+        if self.spec.structured:
+            x = features(obs, self.spec.leaves)
+        else:
+            x = np.asarray(obs, np.float32).reshape(len(obs), -1)
         if self.kind == "pg":
-            return self._act_pg(x, deterministic)
+            return self._act_pg(x, deterministic, state)
         if self.kind == "q":
             return self._act_q(x, deterministic, env_steps)
         return self._act_sac(x, deterministic, env_steps)
@@ -103,25 +140,60 @@ class NumpyActor:
     def value(self, x: np.ndarray) -> np.ndarray:
         return mlp(self.arrays, "v", x, self.policy.activation)[:, 0]
 
-    def _act_pg(self, x: np.ndarray, deterministic: bool) -> Acted:
-        out = mlp(self.arrays, "pi", x, self.policy.activation)
-        if self.spec.discrete:
-            lp = log_softmax(out)
-            if deterministic:
-                a = lp.argmax(-1)
-            else:  # inverse CDF, one uniform per row
-                cdf = np.exp(lp).cumsum(-1)
-                u = self.rng.random((len(x), 1)) * cdf[:, -1:]
-                a = np.minimum((cdf < u).sum(-1), lp.shape[1] - 1)
-            logp = lp[np.arange(len(x)), a]
+    def _recurrent(self, x: np.ndarray, state: State | None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`RecurrentActorCritic.step`: (head output, value, next state)."""
+        A = self.arrays
+        h0, first = state if state is not None else (
+            np.zeros((len(x), self.state_size), np.float32), np.ones(len(x), bool))
+        z = _ACT[self.policy.activation](mlp(A, "enc", x, self.policy.activation))
+        h0 = np.where(first[:, None], np.float32(0.0), h0)
+        nxt = (lstm_step if self.policy.recurrent == "lstm" else gru_step)(A, z, h0)
+        h = nxt[:, :A["core.weight_hh"].shape[1]]
+        out = h @ A["pi.weight"].T + A["pi.bias"]
+        value = (h @ A["v.weight"].T + A["v.bias"])[:, 0]
+        return out, value, nxt.astype(np.float32)
+
+    def _act_pg(self, x: np.ndarray, deterministic: bool, state: State | None = None) -> Acted:
+        if self.recurrent:
+            out, value, nxt = self._recurrent(x, state)
+        else:
+            out, value = mlp(self.arrays, "pi", x, self.policy.activation), self.value(x)
+        kind = self.spec.kind
+        if kind == "discrete":
+            a, logp = self._categorical(out, deterministic)
+        elif kind == "multidiscrete":
+            parts = [self._categorical(o, deterministic) for o in np.split(
+                out, np.cumsum(self.spec.nvec)[:-1], axis=1)]
+            a = np.stack([p[0] for p in parts], axis=1)
+            logp = np.sum([p[1] for p in parts], axis=0)
+        elif kind == "multibinary":
+            p1 = sigmoid(out)
+            a = (out > 0) if deterministic else (self.rng.random(out.shape) < p1)
             a = a.astype(np.int64)
+            # log sigmoid(+-logit), stable: -softplus(-+logit)
+            logp = -np.logaddexp(0.0, np.where(a == 1, -out, out)).sum(-1)
         else:
             log_std = np.broadcast_to(self.arrays["log_std"], out.shape)
             a = out if deterministic else out + np.exp(log_std) * self.rng.standard_normal(
                 out.shape, dtype=np.float32)
             a = a.astype(np.float32)
             logp = gaussian_logp(a, out, log_std)
-        return a, {"logp": logp.astype(np.float32), "value": self.value(x).astype(np.float32)}
+        ex = {"logp": np.asarray(logp, np.float32), "value": value.astype(np.float32)}
+        if self.recurrent:
+            ex["rnn_state"] = nxt
+        return a, ex
+
+    def _categorical(self, logits: np.ndarray, deterministic: bool
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        lp = log_softmax(logits)
+        if deterministic:
+            a = lp.argmax(-1)
+        else:  # inverse CDF, one uniform per row
+            cdf = np.exp(lp).cumsum(-1)
+            u = self.rng.random((len(lp), 1)) * cdf[:, -1:]
+            a = np.minimum((cdf < u).sum(-1), lp.shape[1] - 1)
+        return a.astype(np.int64), lp[np.arange(len(lp)), a]
 
     def q_values(self, x: np.ndarray) -> np.ndarray:
         A = self.arrays
@@ -150,8 +222,8 @@ class NumpyActor:
         return np.tanh(u).astype(np.float32), {}
 
     def env_action(self, action: np.ndarray) -> np.ndarray:
-        if self.spec.discrete:
-            return action
+        if not self.spec.continuous:
+            return env_action_of(self.spec, action)
         if self.kind == "squashed":
             out: np.ndarray = self.low + (np.clip(action, -1, 1) + 1.0) * 0.5 * (
                 self.high - self.low)
@@ -162,6 +234,11 @@ class NumpyActor:
         if self.kind != "q":
             return {}
         return {"priority": apex_priorities(arrays, self.params.gamma, self.params.n_step)}
+
+
+def env_action_of(spec: EnvSpec, action: np.ndarray) -> np.ndarray:
+    """A discrete-kind action as its space takes it (MultiBinary: int8)."""
+    return action.astype(np.int8) if spec.kind == "multibinary" else action
 
 
 def numpy_acting(job: Any) -> bool:
@@ -177,7 +254,7 @@ def make_actor(job: Any, spec: EnvSpec, worker: tuple[int, int], seeds: tuple[in
     when the job allows it, else the torch algorithm on `threads` threads (the
     sampler's by default), its initial weights from the job seed as the learner's."""
     torch_seed, acting_seed = seeds
-    if numpy_acting(job):
+    if numpy_acting(job) and not spec.images:
         return NumpyActor(job, spec, worker, acting_seed)
     import torch  # only roles that act with torch pay for importing it
 

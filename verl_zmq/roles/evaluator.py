@@ -21,7 +21,7 @@ from ..config.roles import EVALUATOR, trains
 from ..envs.make import env_spec
 from ..learning.gossip.core import fingerprint
 from ..log import write_failed
-from ..normalize import RunningMeanStd
+from ..normalize import obs_norm
 from ..policy.evaluate import evaluate, video_available
 from ..policy.numpy_actor import make_actor, numpy_acting
 from .base import Role, reconnect, recv
@@ -62,7 +62,7 @@ class EvaluatorRole(Role):
                                threads=self.job.resources.evaluator.cpu or 1)
         self.log.info("evaluator_acting", inference="numpy" if numpy_acting(self.job)
                       else "torch")
-        self.rms = RunningMeanStd(self.spec.obs_shape) if self.job.environment.normalize_obs \
+        self.rms = obs_norm(self.spec) if self.job.environment.normalize_obs \
             else None
         self.sub = self.ctx.transport.connect(zmq.SUB, hwm=4)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")

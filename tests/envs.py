@@ -6,18 +6,51 @@ import gymnasium as gym
 import numpy as np
 
 
-class DictObsEnv(gym.Env):
-    """Observations in a Dict space: not supported, refused at check."""
+class TextObsEnv(gym.Env):
+    """Observations in a Text space: not supported, refused at check."""
 
-    observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1, 1, (2,))})
+    observation_space = gym.spaces.Dict({"x": gym.spaces.Text(8)})
     action_space = gym.spaces.Discrete(2)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        return {"x": np.zeros(2, np.float32)}, {}
+        return {"x": "a"}, {}
 
     def step(self, action):
-        return {"x": np.zeros(2, np.float32)}, 0.0, True, False, {}
+        return {"x": "a"}, 0.0, True, False, {}
+
+
+class NestedObsEnv(gym.Env):
+    """Every observation kind at once, nested: an image, a Box, and a Tuple of a
+    Discrete and a MultiBinary; MultiBinary(3) actions (or `action="discrete"`).
+    Episodes of `length` steps; the reward counts the action's bits equal to the
+    MultiBinary observation's."""
+
+    def __init__(self, length: int = 5, action: str = "multibinary"):
+        self.length = length
+        self.observation_space = gym.spaces.Dict({
+            "image": gym.spaces.Box(0, 255, (6, 6, 2), np.uint8),
+            "x": gym.spaces.Box(-2.0, 2.0, (2,), np.float32),
+            "pair": gym.spaces.Tuple((gym.spaces.Discrete(5), gym.spaces.MultiBinary(3)))})
+        self.action_space = gym.spaces.MultiBinary(3) if action == "multibinary" \
+            else gym.spaces.Discrete(3)
+        self.t = 0
+
+    def _obs(self):
+        self.last = self.observation_space.sample()
+        return self.last
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.observation_space.seed(int(self.np_random.integers(1 << 30)))
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        bits = self.last["pair"][1]
+        r = float((np.asarray(action).reshape(-1)[:3] == bits[:np.size(action)]).sum())
+        self.t += 1
+        return self._obs(), r, self.t >= self.length, False, {}
 
 
 def double_reward(obs, action, reward, next_obs) -> float:

@@ -68,7 +68,7 @@ BAD_JOBS = {
 BAD_ENVS = {
     "bad_env_id.toml": "closest registered ids: CartPole-v1",
     "policy_does_not_fit.toml": "algorithm.policy.dueling",
-    "unsupported_space.toml": "observation space Dict",
+    "unsupported_space.toml": "Text at obs.x is not supported",
     "too_much_memory.toml": "GiB",
     "bad_entry_point.toml": "cannot import",
     "dqn_on_continuous.toml": "dqn needs Discrete actions",

@@ -175,7 +175,7 @@ class Layout:
             return ""
         high = {"discrete": s.n_actions - 1, "multibinary": 1}.get(s.kind)
         if high is not None:
-            return "" if 0 <= act.min() and act.max() <= high else "actions out of range"
+            return "" if act.min() >= 0 and act.max() <= high else "actions out of range"
         if act.min() < 0 or (act >= np.asarray(s.nvec)).any():
             return "actions out of the MultiDiscrete range"
         return ""

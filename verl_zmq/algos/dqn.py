@@ -20,6 +20,7 @@ from torch import nn
 
 from ..config import Job, Policy
 from ..envs.make import EnvSpec
+from ..envs.spaces import features
 from ..policy.nets import mlp, obs_dim
 from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
 from .exploration import apex_priorities, epsilon, epsilon_greedy
@@ -91,6 +92,8 @@ class DQN(Algorithm):
 
     def act(self, obs: np.ndarray, deterministic: bool = False,
             env_steps: int = 0, state: Any = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        if self.spec.structured:  # the networks read the flat features
+            obs = features(obs, self.spec.leaves)
         with torch.no_grad():
             q = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
         return epsilon_greedy(q.cpu().numpy(), self.epsilon(env_steps),

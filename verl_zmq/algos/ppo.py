@@ -22,7 +22,7 @@ from ..batch import FIRST, STATE, bootstrap, episodes
 from ..config.sections import ceil_div
 from ..envs.spaces import gather
 from ..policy.encoders import obs_apply, obs_tensor
-from ..policy.net import PolicyNet
+from ..policy.net import PolicyHead, PolicyNet
 from ..policy.nets import actor_critic
 from ..policy.numpy_actor import env_action_of
 from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
@@ -99,10 +99,8 @@ class PPO(Algorithm):
         return self.net
 
     def export_head(self) -> tuple[torch.nn.Module, str]:
-        # a convolutional net's policy head reads the encoder's features, not images
-        enc = getattr(self.net, "encoder", None)
-        head = torch.nn.Sequential(enc, self.net.pi) if enc is not None else self.net.pi
-        return head, "argmax" if self.spec.discrete else "clip"
+        kind = {"box": "clip", "multibinary": "positive"}.get(self.spec.kind, "argmax")
+        return PolicyHead(self.net), kind
 
     def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0,
             state: Any = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -163,8 +161,8 @@ class PPO(Algorithm):
             for k in range(T // L):
                 cut = slice(k * L, (k + 1) * L)
                 starts.append(h)
-                out, v, h = net.unroll(obs_apply(obs, lambda x: x[:, cut]), h,  # type: ignore[operator]
-                                       first[:, cut])
+                out, v, h = net.unroll(obs_apply(obs, lambda x, c=cut: x[:, c]),  # type: ignore[operator]
+                                       h, first[:, cut])
                 a = act[:, cut]
                 logps.append(net.log_prob(net.make_dist(out.reshape(N * L, -1)),
                                           a.reshape(N * L, *a.shape[2:])).reshape(N, L))

@@ -18,6 +18,7 @@ from torch import nn
 
 from ..config import Job, Policy
 from ..envs.make import EnvSpec
+from ..envs.spaces import features
 from ..policy.nets import mlp, obs_dim
 from .base import START, Algorithm, Learned, Progress, adam
 from .exploration import ActionNoise
@@ -138,6 +139,8 @@ class SAC(Algorithm):
     def act(self, obs: np.ndarray, deterministic: bool = False,
             env_steps: int = 0, state: Any = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         p = self.params
+        if self.spec.structured:  # the networks read the flat features
+            obs = features(obs, self.spec.leaves)
         if not deterministic and env_steps < p.learning_starts:
             return self.noise.warmup((len(obs), self.spec.n_actions)), {}
         noise = None

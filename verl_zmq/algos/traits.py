@@ -88,24 +88,12 @@ def fit_problem(job: Any, kind: str, images: bool = False) -> str:
         return (f"algorithm.name: {job.environment.id} has {SPACE_NAMES[kind]} actions, "
                 f"which {name} does not take ({', '.join(takers)} do)")
     if pol.recurrent:
-        if not t.recurrent:
-            takers = sorted(a for a, x in TRAITS.items() if x.recurrent)
-            return (f"algorithm.policy.recurrent: recurrent policies are for "
-                    f"{', '.join(takers)}, not {name}")
-        if pol.kind == "transformer":
-            return "algorithm.policy.recurrent: a transformer policy has no recurrent core"
-        if pol.recurrent_size < 1:
-            return "algorithm.policy.recurrent_size: must be at least 1"
-        if job.algorithm.bc.demos or job.algorithm.params.kl_coef > 0:
-            return ("algorithm.policy.recurrent: a recurrent policy learns without "
-                    "demonstrations (algorithm.bc) and without a KL term (kl_coef)")
-        rec = job.algorithm.params.recurrence
-        T = job.sampling.fragment_length
-        if rec < 0 or (rec and T % rec):
-            return (f"algorithm.params.recurrence: {rec} must divide sampling.fragment_length "
-                    f"{T} (0: whole fragments)")
-    if images and not t.encoders:
-        return f"environment: {name} takes no image observations"
+        why = _recurrent_problem(job, t)
+        if why:
+            return why
+    if images and not t.recurrent:
+        return (f"environment: {job.environment.id}'s observation holds images beside other "
+                f"keys; {name} reads flat features only (ppo and dapo encode each key)")
     if pol.encoder != "mlp" and not t.encoders:
         return (f"algorithm.policy.encoder: convolutional encoders are for ppo, dapo, dqn "
                 f"and sac; "
@@ -119,7 +107,7 @@ def fit_problem(job: Any, kind: str, images: bool = False) -> str:
     if pol.kind == "transformer":
         if not t.on_policy:
             return f"algorithm.policy.kind: a transformer policy is for ppo and grpo, not {name}"
-        if not discrete:
+        if kind != "discrete":
             return "algorithm.policy.kind: a transformer policy needs Discrete (token) actions"
         if pol.d_model < 1 or pol.n_layers < 1 or pol.n_heads < 1 or pol.d_model % pol.n_heads:
             return (f"algorithm.policy: d_model {pol.d_model} must be a multiple of n_heads "
@@ -127,6 +115,27 @@ def fit_problem(job: Any, kind: str, images: bool = False) -> str:
         return ""
     if not pol.hidden_sizes:
         return "algorithm.policy.hidden_sizes: needs at least one layer"
+    return ""
+
+
+def _recurrent_problem(job: Any, t: Traits) -> str:
+    """Why the job's recurrent policy cannot be, or ""."""
+    name, pol = job.algorithm.name, job.algorithm.policy
+    if not t.recurrent:
+        takers = sorted(a for a, x in TRAITS.items() if x.recurrent)
+        return (f"algorithm.policy.recurrent: recurrent policies are for "
+                f"{', '.join(takers)}, not {name}")
+    if pol.kind == "transformer":
+        return "algorithm.policy.recurrent: a transformer policy has no recurrent core"
+    if pol.recurrent_size < 1:
+        return "algorithm.policy.recurrent_size: must be at least 1"
+    if job.algorithm.bc.demos or job.algorithm.params.kl_coef > 0:
+        return ("algorithm.policy.recurrent: a recurrent policy learns without "
+                "demonstrations (algorithm.bc) and without a KL term (kl_coef)")
+    rec, T = job.algorithm.params.recurrence, job.sampling.fragment_length
+    if rec < 0 or (rec and T % rec):
+        return (f"algorithm.params.recurrence: {rec} must divide sampling.fragment_length "
+                f"{T} (0: whole fragments)")
     return ""
 
 

@@ -19,9 +19,9 @@ import gymnasium as gym
 import numpy as np
 
 from .. import pixels, seq  # noqa: F401  (register their env ids)
-from . import tasks  # noqa: F401  (registers its env ids)
 from ..config import Environment
 from ..importing import load_object
+from . import tasks  # noqa: F401  (registers its env ids)
 from .guard import GuardedVectorEnv
 from .spaces import Leaf, SpaceError, action_space, obs_leaves, plain
 

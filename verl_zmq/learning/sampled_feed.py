@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import wire
+from ..envs.spaces import Leaf, contains_problem, features, gather
 from .links import Link, ShardAddress, ShardLinks
 from .state import FeedConfig, LinkConfig
 
@@ -28,19 +29,35 @@ if TYPE_CHECKING:  # torch stays out of the feeds' imports
 Arrays = Mapping[str, np.ndarray]
 
 
-def batch_problem(a: Arrays, obs_shape: tuple[int, ...], action_shape: tuple[int, ...]) -> str:
-    """Does a sampled batch have the columns an off-policy update reads?"""
+def batch_problem(a: Arrays, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],
+                  leaves: tuple[Leaf, ...] = ()) -> str:
+    """Does a sampled batch have the columns an off-policy update reads? With a
+    structured observation's `leaves`, each leaf's columns (`obs.<key>`,
+    `next_obs.<key>`) in their dtypes and shapes."""
     try:
         n = a["reward"].shape[0]
-        want = {"obs": (n, *obs_shape), "next_obs": (n, *obs_shape), "reward": (n,),
-                "discount": (n,), "weight": (n,), "index": (n,), "generation": (n,),
-                "env_steps": (1,), "action": (n, *action_shape)}
+        want = {"reward": (n,), "discount": (n,), "weight": (n,), "index": (n,),
+                "generation": (n,), "env_steps": (1,), "action": (n, *action_shape)}
+        if not leaves:
+            want |= {"obs": (n, *obs_shape), "next_obs": (n, *obs_shape)}
     except (KeyError, IndexError) as e:
         return f"missing or misshapen reward: {e}"
     for k, shape in want.items():
         if k not in a or tuple(a[k].shape) != shape:
             return f"{k}: expected shape {shape}"
-    for k in ("obs", "next_obs", "reward", "discount", "weight"):
+    if leaves:
+        for leaf in leaves:
+            for k in (leaf.column, "next_" + leaf.column):
+                if k not in a or tuple(a[k].shape) != (n, *leaf.shape) \
+                        or a[k].dtype != leaf.dtype:
+                    return f"{k}: expected {leaf.dtype} of shape {(n, *leaf.shape)}"
+        return contains_problem(gather(a, leaves), leaves) or contains_problem(
+            gather(a, leaves, "next_"), leaves) or _finite(a, ("reward", "discount", "weight"))
+    return _finite(a, ("obs", "next_obs", "reward", "discount", "weight"))
+
+
+def _finite(a: Arrays, keys: tuple[str, ...]) -> str:
+    for k in keys:
         if k in ("obs", "next_obs") and a[k].dtype == np.uint8:
             continue  # images stay uint8 until the network
         if a[k].dtype.kind != "f" or not np.isfinite(a[k]).all():
@@ -56,7 +73,8 @@ class SampledFeed:
         self.links = ShardLinks(links, on_message=self._on)
         self.cfg, self.rng = cfg, rng
         self.obs_shape = tuple(spec.obs_shape)
-        self.action_shape = () if spec.discrete else (spec.n_actions,)
+        self.action_shape = tuple(spec.action_shape)
+        self.leaves = spec.leaves if spec.structured else ()
         self.batches: asyncio.Queue[tuple[Link, wire.Batch]] = asyncio.Queue()
         self.shard_steps: dict[str, int] = {}
         self.current: tuple[Link, Arrays] | None = None
@@ -90,7 +108,7 @@ class SampledFeed:
         link, msg = await self.batches.get()
         link.credit -= 1
         a = msg.arrays
-        why = batch_problem(a, self.obs_shape, self.action_shape)
+        why = batch_problem(a, self.obs_shape, self.action_shape, self.leaves)
         if why:
             self.rejected += 1
             self.links.stats.reject(msg.src, wire.WireError(f"bad batch: {why}"))
@@ -99,6 +117,9 @@ class SampledFeed:
         self.shard_steps[link.member] = int(a["env_steps"][0])
         if "size" in a and a["size"].shape == (1,):
             link.size = max(1, int(a["size"][0]))
+        if self.leaves:  # the off-policy networks read the observations' flat features
+            a = {**a, "obs": features(gather(a, self.leaves), self.leaves),
+                 "next_obs": features(gather(a, self.leaves, "next_"), self.leaves)}
         self.current = (link, a)
         return a
 

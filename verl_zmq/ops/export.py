@@ -4,6 +4,7 @@ normalisation included, as a standalone TorchScript or ONNX file."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,9 @@ from ..checkpoint import load
 from ..config import Job, loads_job
 from ..envs.make import EnvSpec, env_spec
 from ..normalize import ObsNorm, obs_norm
+from ..policy.encoders import ObsEncoder
 from ..policy.evaluate import policy_input
+from ..policy.net import PolicyHead
 
 
 @dataclass
@@ -60,57 +63,115 @@ def load_policy(path: str | Path) -> LoadedPolicy:
 
 
 class DeterministicPolicy(nn.Module):
-    """Raw observations [B, *obs_shape] -> env actions: normalise, the algorithm's
-    head, then argmax / clip / squash to the action bounds."""
+    """Raw observations -> env actions: normalise, the algorithm's head, then argmax
+    / clip / squash to the action bounds (per part for MultiDiscrete, the sign of
+    each logit for MultiBinary). Inputs are the observation's columns in leaf
+    order (one, `obs`, for a plain observation) and, for a recurrent policy, the
+    state [B, S] (zeros where an episode starts); a recurrent policy returns
+    (actions, next state)."""
 
     def __init__(self, lp: LoadedPolicy):
         super().__init__()
         head, kind = lp.algo.export_head()
         self.head = head
         self.kind = kind
-        self.normalize = lp.rms is not None
-        shape = lp.spec.obs_shape
-        mean = lp.rms.mean if lp.rms is not None else np.zeros(shape)
-        var = lp.rms.var if lp.rms is not None else np.ones(shape)
+        # heads of flat features (DQN's, SAC's) take a structured observation's features
+        self.featurize = ObsEncoder(lp.spec, lp.job.algorithm.policy) \
+            if lp.spec.structured and not isinstance(head, PolicyHead) else None
+        self.spec = lp.spec
+        self.structured = lp.spec.structured
+        self.columns = tuple(leaf.column for leaf in lp.spec.leaves)
+        self.recurrent = int(getattr(lp.algo, "state_size", 0)) > 0
         # float64 like the samplers' numpy normalisation, so exported actions match theirs
-        self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float64))
-        self.register_buffer("std", torch.as_tensor(np.sqrt(var + 1e-8), dtype=torch.float64))
+        self.norm: list[bool] = []
+        for i, leaf in enumerate(lp.spec.leaves):
+            rms = lp.rms if not self.structured else (
+                lp.rms.rms.get(leaf.column) if lp.rms is not None else None)  # type: ignore[union-attr]
+            self.norm.append(rms is not None)
+            if rms is not None:
+                self.register_buffer(f"mean_{i}", torch.as_tensor(rms.mean, dtype=torch.float64))
+                self.register_buffer(f"std_{i}", torch.as_tensor(np.sqrt(rms.var + 1e-8),
+                                                                 dtype=torch.float64))
         self.clip = float(lp.job.environment.clip_obs)
-        self.images = lp.job.algorithm.policy.encoder != "mlp"  # the encoder takes [B, H, W, C]
-        n = max(1, lp.spec.n_actions) if not lp.spec.discrete else 1
-        low = np.asarray(lp.spec.action_low if not lp.spec.discrete else [0.0] * n, np.float32)
-        high = np.asarray(lp.spec.action_high if not lp.spec.discrete else [0.0] * n, np.float32)
+        # a flat head takes [B, features]; encoders take images as they are
+        self.flatten = not self.structured and lp.job.algorithm.policy.encoder == "mlp"
+        n = max(1, lp.spec.n_actions)
+        low = np.asarray(lp.spec.action_low if lp.spec.continuous else [0.0] * n, np.float32)
+        high = np.asarray(lp.spec.action_high if lp.spec.continuous else [0.0] * n, np.float32)
         self.n_actions = lp.spec.n_actions
+        self.nvec = tuple(lp.spec.nvec)
         self.register_buffer("low", torch.as_tensor(low))
         self.register_buffer("high", torch.as_tensor(high))
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.float()
-        if self.normalize:
-            x = torch.clamp((x.double() - self.mean) / self.std, -self.clip, self.clip).float()
-        out = self.head(x if self.images else x.flatten(1))
+    def forward(self, *inputs: torch.Tensor):
+        xs = []
+        for i, x in enumerate(inputs[:len(self.columns)]):
+            if self.norm[i]:
+                x = torch.clamp((x.double() - getattr(self, f"mean_{i}"))
+                                / getattr(self, f"std_{i}"), -self.clip, self.clip).float()
+            elif not self.structured:
+                x = x.float()
+            xs.append(x)
+        obs = dict(zip(self.columns, xs)) if self.structured else (
+            xs[0].flatten(1) if self.flatten else xs[0])
+        if self.featurize is not None:
+            obs = self.featurize(obs)
+        if self.recurrent:
+            out, state = self.head(obs, inputs[-1])
+            return self._action(out), state
+        return self._action(self.head(obs))
+
+    def _action(self, out: torch.Tensor) -> torch.Tensor:
         if self.kind == "argmax":
+            if self.nvec:
+                return torch.stack([p.argmax(-1) for p in torch.split(out, list(self.nvec), -1)],
+                                   dim=-1)
             return out.argmax(-1)
+        if self.kind == "positive":
+            return (out > 0).long()
         if self.kind == "clip":
             return torch.maximum(torch.minimum(out, self.high), self.low)
         mu = out[:, : self.n_actions]
         return self.low + (torch.tanh(mu) + 1.0) * 0.5 * (self.high - self.low)
+
+    def example(self) -> tuple[torch.Tensor, ...]:
+        """One zero input of each kind (a batch of one)."""
+        if self.structured:
+            xs = [torch.zeros((1, *leaf.shape), dtype=getattr(torch, str(leaf.dtype)))
+                  for leaf in self.spec.leaves]
+        else:
+            xs = [torch.zeros((1, *self.spec.obs_shape), dtype=torch.float32)]
+        if self.recurrent:
+            xs.append(torch.zeros((1, self.head.state_size), dtype=torch.float32))
+        return tuple(xs)
+
+    @property
+    def input_names(self) -> list[str]:
+        return [*self.columns, *(["state"] if self.recurrent else [])]
+
+    @property
+    def output_names(self) -> list[str]:
+        return ["action", *(["state_out"] if self.recurrent else [])]
 
 
 def export(path: str | Path, fmt: str, out: str | Path) -> Path:
     """Write the deterministic policy of checkpoint `path` as TorchScript or ONNX."""
     lp = load_policy(path)
     module = DeterministicPolicy(lp).eval()
-    example = torch.zeros((1, *lp.spec.obs_shape), dtype=torch.float32)
+    example = module.example()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         if fmt == "torchscript":
-            torch.jit.save(torch.jit.trace(module, example), str(out))
+            meta = {"inputs": module.input_names,
+                    "state_size": int(getattr(lp.algo, "state_size", 0))}
+            torch.jit.save(torch.jit.trace(module, example), str(out),
+                           _extra_files={"verl.json": json.dumps(meta)})
         elif fmt == "onnx":
             batch = torch.export.Dim("batch", min=1)
-            torch.onnx.export(module, (example,), str(out), input_names=["obs"],
-                              output_names=["action"], dynamic_shapes={"obs": {0: batch}},
+            torch.onnx.export(module, example, str(out), input_names=module.input_names,
+                              output_names=module.output_names,
+                              dynamic_shapes=(tuple({0: batch} for _ in example),),
                               dynamo=True, verbose=False)
         else:
             raise ValueError(f"unknown format {fmt!r} (torchscript, onnx)")

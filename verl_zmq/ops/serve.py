@@ -46,23 +46,51 @@ def unpack_array(d: object) -> np.ndarray:
     return np.frombuffer(data, dtype).reshape(shape)
 
 
-def load_runner(path: str | Path):
-    """A function obs [B, ...] float32 -> actions, for a .onnx or TorchScript file."""
-    path = str(path)
-    if path.endswith(".onnx"):
-        import onnxruntime as ort
+class Runner:
+    """An exported policy (.onnx or TorchScript): its input names (the observation's
+    columns, then `state` for a recurrent policy) and a call from those inputs to
+    its outputs (actions, then the next state)."""
 
-        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        name = sess.get_inputs()[0].name
-        return lambda obs: sess.run(None, {name: obs})[0]
-    import torch
+    def __init__(self, path: str | Path):
+        path = str(path)
+        if path.endswith(".onnx"):
+            import onnxruntime as ort
 
-    module = torch.jit.load(path, map_location="cpu")
+            sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            self.inputs = [i.name for i in sess.get_inputs()]
+            self.dtypes = [_ONNX_DTYPES.get(i.type, np.float32) for i in sess.get_inputs()]
+            last = sess.get_inputs()[-1].shape
+            self.state_size = int(last[1]) if self.recurrent else 0
+            self._run = lambda xs: sess.run(None, dict(zip(self.inputs, xs)))
+            return
+        import json
 
-    def run(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return module(torch.from_numpy(obs)).numpy()
-    return run
+        import torch
+
+        extra = {"verl.json": ""}
+        module = torch.jit.load(path, map_location="cpu", _extra_files=extra)
+        meta = json.loads(extra["verl.json"] or "{}")  # inputs and state size, from export
+        self.inputs = list(meta.get("inputs", ["obs"]))
+        self.state_size = int(meta.get("state_size", 0))
+        self.dtypes = [None] * len(self.inputs)
+
+        def run(xs: list[np.ndarray]) -> list[np.ndarray]:
+            with torch.no_grad():
+                out = module(*[torch.from_numpy(np.ascontiguousarray(x)) for x in xs])
+            return [o.numpy() for o in out] if isinstance(out, tuple) else [out.numpy()]
+        self._run = run
+
+    @property
+    def recurrent(self) -> bool:
+        return bool(self.inputs) and self.inputs[-1] == "state"
+
+    def __call__(self, xs: list[np.ndarray]) -> list[np.ndarray]:
+        return list(self._run([x if dt is None else x.astype(dt, copy=False)
+                               for x, dt in zip(xs, self.dtypes)]))
+
+
+_ONNX_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64,
+                "tensor(int64)": np.int64, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8}
 
 
 class PolicyServer:
@@ -70,7 +98,7 @@ class PolicyServer:
 
     def __init__(self, model: str | Path, bind: str, log, obs_shape: tuple[int, ...] | None = None,
                  report_s: float = 10.0):
-        self.run = load_runner(model)
+        self.run = Runner(model)
         self.log = log
         self.report_s = report_s
         self.obs_shape = obs_shape
@@ -94,17 +122,42 @@ class PolicyServer:
                 raise ServeError(f"not msgpack: {type(e).__name__}") from None
             if not isinstance(req, dict) or "obs" not in req:
                 raise ServeError("a request is a map with an 'obs' array")
-            obs = unpack_array(req["obs"]).astype(np.float32)
-            if self.obs_shape is not None and tuple(obs.shape[1:]) != self.obs_shape:
-                raise ServeError(f"obs shape {list(obs.shape)}, expected [B, "
-                                 f"{', '.join(map(str, self.obs_shape))}]")
-            return {"action": pack_array(np.asarray(self.run(obs)))}
+            xs = self._inputs(req)
+            out = self.run(xs)
+            reply = {"action": pack_array(np.asarray(out[0]))}
+            if self.run.recurrent:
+                reply["state"] = pack_array(np.asarray(out[1], np.float32))
+            return reply
         except ServeError as e:
             self.errors += 1
             return {"error": str(e)}
         except Exception as e:  # the model refused the input: the client is told why
             self.errors += 1
             return {"error": f"policy failed: {type(e).__name__}: {str(e)[:200]}"}
+
+    def _inputs(self, req: dict) -> list[np.ndarray]:
+        """The model's inputs from a request: `obs` an array (a plain observation) or a
+        map {column: array}; `state` for a recurrent policy (zeros when absent: every
+        episode starts)."""
+        names = self.run.inputs[:-1] if self.run.recurrent else self.run.inputs
+        if isinstance(req["obs"], dict) and "data" not in req["obs"]:
+            missing = [n for n in names if n not in req["obs"]]
+            if missing:
+                raise ServeError(f"obs lacks {missing[:3]} (this policy takes {names})")
+            xs = [unpack_array(req["obs"][n]) for n in names]
+        else:
+            if len(names) != 1:
+                raise ServeError(f"obs must be a map of {names}")
+            xs = [unpack_array(req["obs"]).astype(np.float32)]
+            if self.obs_shape is not None and tuple(xs[0].shape[1:]) != self.obs_shape:
+                raise ServeError(f"obs shape {list(xs[0].shape)}, expected [B, "
+                                 f"{', '.join(map(str, self.obs_shape))}]")
+        if self.run.recurrent:
+            B = len(xs[0])
+            state = req.get("state")
+            xs.append(unpack_array(state).astype(np.float32) if state is not None
+                      else np.zeros((B, self.run.state_size), np.float32))
+        return xs
 
     def serve_forever(self) -> None:
         self.log.info("serving", endpoint=self.endpoint)
@@ -148,13 +201,20 @@ class PolicyClient:
         self.sock.send(payload)
         return msgpack.unpackb(self.sock.recv(), raw=False)
 
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Actions for a batch of observations [B, ...]; raises ServeError on an error reply."""
-        reply = self.request(msgpack.packb({"obs": pack_array(np.asarray(obs, np.float32))},
-                                           use_bin_type=True))
+    def act(self, obs, state: np.ndarray | None = None):
+        """Actions for a batch of observations [B, ...] (a structured one: {column:
+        array}); with a recurrent policy's `state`, (actions, next state). Raises
+        ServeError on an error reply."""
+        o = ({k: pack_array(np.asarray(v)) for k, v in obs.items()} if isinstance(obs, dict)
+             else pack_array(np.asarray(obs, np.float32)))
+        req = {"obs": o}
+        if state is not None:
+            req["state"] = pack_array(np.asarray(state, np.float32))
+        reply = self.request(msgpack.packb(req, use_bin_type=True))
         if "error" in reply:
             raise ServeError(reply["error"])
-        return unpack_array(reply["action"])
+        action = unpack_array(reply["action"])
+        return (action, unpack_array(reply["state"])) if state is not None else action
 
     def close(self) -> None:
         self.sock.close(0)

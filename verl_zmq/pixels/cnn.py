@@ -97,4 +97,7 @@ class PixelActorCritic(PolicyNet):
     def value(self, obs, seq=None, acting=False):
         return self.v(self._features(obs)).squeeze(-1)
 
+    def head_out(self, obs):
+        return self.pi(self.encoder(obs))
+
 

@@ -21,7 +21,7 @@ class MultiCategorical(Distribution):
                       for x in torch.split(logits, list(nvec), dim=-1)]
         super().__init__(logits.shape[:-1], validate_args=False)
 
-    def sample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:
+    def sample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:  # noqa: B008
         return torch.stack([p.sample(sample_shape) for p in self.parts], dim=-1)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
@@ -76,6 +76,12 @@ class PolicyNet(nn.Module):
              acting: bool = False) -> Distribution:
         raise NotImplementedError
 
+    def head_out(self, obs: torch.Tensor) -> torch.Tensor:
+        """The policy head's output (logits, or the Gaussian's mean) at each
+        observation: what an exported policy computes."""
+        out: torch.Tensor = self.pi(obs)
+        return out
+
     def value(self, obs: torch.Tensor, seq: torch.Tensor | None = None,
               acting: bool = False) -> torch.Tensor:
         raise NotImplementedError
@@ -104,3 +110,19 @@ class PolicyNet(nn.Module):
         if kind == "multibinary":
             return (d.logits > 0).long()  # type: ignore[attr-defined,no-any-return]
         return d.mean
+
+
+class PolicyHead(nn.Module):
+    """An exported policy's head: observations (and a recurrent state, zeros where an
+    episode starts) -> the head's output (and the next state)."""
+
+    def __init__(self, net: PolicyNet):
+        super().__init__()
+        self.net = net
+        self.state_size = int(getattr(net, "state_size", 0))
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor | None = None) -> object:
+        if self.net.recurrent:
+            out, _, nxt = self.net.step(obs, state, None)  # type: ignore[operator]
+            return out, nxt
+        return self.net.head_out(obs)

@@ -73,6 +73,10 @@ class ActorCritic(PolicyNet):
         out: torch.Tensor = self.v(self._features(obs)).squeeze(-1)
         return out
 
+    def head_out(self, obs: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.pi(self.features(obs))
+        return out
+
 
 
 def actor_critic(spec: EnvSpec, policy: Policy) -> PolicyNet:

@@ -59,11 +59,14 @@ class RecurrentActorCritic(PolicyNet):
         out: torch.Tensor = self.core(x, state)
         return out
 
-    def step(self, obs: Any, state: torch.Tensor, first: torch.Tensor
+    def step(self, obs: Any, state: torch.Tensor, first: torch.Tensor | None
              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One step of B envs: (head output [B, n], value [B], next state [B, S])."""
+        """One step of B envs: (head output [B, n], value [B], next state [B, S]);
+        `first` marks envs whose episode starts (None: none does)."""
         x = self.act_fn(self.enc(self.features(obs)))
-        state = self._cell(x, state * (~first).unsqueeze(1).to(state.dtype))
+        if first is not None:
+            state = state * (~first).unsqueeze(1).to(state.dtype)
+        state = self._cell(x, state)
         h = state[:, :self.size]
         return self.pi(h), self.v(h).squeeze(-1), state
 

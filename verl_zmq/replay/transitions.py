@@ -60,8 +60,11 @@ def after(a: Mapping[str, np.ndarray], name: str) -> np.ndarray:
 def unroll(a: Mapping[str, np.ndarray], gamma: float, n: int) -> dict[str, np.ndarray]:
     """Transitions from one fragment's arrays (see module doc); columns with a leading N."""
     ti, ei, ki, ret, disc = windows(a, gamma, n)
-    out = {"obs": a["obs"][ti, ei], "action": a["action"][ti, ei], "reward": ret,
-           "next_obs": after(a, "obs")[ki, ei], "discount": disc}
+    out = {"action": a["action"][ti, ei], "reward": ret, "discount": disc}
+    # `obs`, or a structured observation's `obs.<key>` columns, and their `next_` twins
+    for k in [k for k in a if k == "obs" or k.startswith("obs.")]:
+        out[k] = a[k][ti, ei]
+        out[f"next_{k}"] = after(a, k)[ki, ei]
     if "priority" in a:  # actor-side initial priorities (Ape-X), one per step
         out["priority"] = a["priority"][ti, ei].astype(np.float32)
     return out

@@ -93,3 +93,22 @@ def test_recurrent_update_learns_from_the_shipped_state():
     torch.manual_seed(0)
     learner.learn(job_layout(job, spec).concat([col.collect()[0]]))
     assert not np.allclose(before, learner.policy_arrays()["core.weight_hh"])
+
+
+def test_a_convolutional_recurrent_policy_acts_in_torch_and_agrees_with_its_learner():
+    from verl_zmq.policy.numpy_actor import make_actor
+
+    job = load_job(CONFIGS / "catch_ppo.toml", ['algorithm.policy.recurrent="gru"',
+                                                "algorithm.policy.recurrent_size=16"])
+    spec = env_spec(job.environment)
+    actor = make_actor(job, spec, (0, 1), (0, 0), threads=1)
+    assert not isinstance(actor, NumpyActor) and actor.state_size == 16
+    venv, seeds = make_vector_env(job.environment, 2, 0, 1)
+    col = Collector(job, actor, venv, seeds)
+    learner = make_algorithm(job, spec)
+    learner.load_policy_arrays(actor.policy_arrays())
+    a, _ = col.collect()
+    logp, value, _, _ = learner._sequence_pass(dict(a))
+    valid = a["valid"]
+    np.testing.assert_allclose(logp[valid], a["logp"][valid], atol=1e-5)
+    np.testing.assert_allclose(value[valid], a["value"][valid], atol=1e-5)

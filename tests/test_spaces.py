@@ -81,7 +81,8 @@ def test_dict_observations_in_a_replay_snapshot_bit_for_bit(tmp_path):
     from verl_zmq.replay.offpolicy import OffPolicyStore
     from verl_zmq.replay.store import RejectedFragment
 
-    job, spec, frags = _fragment("cartpole_dqn.toml", ['environment.id="verl/GoalGrid-v0"'], 2)
+    job, spec, frags = _fragment("cartpole_dqn.toml", ['environment.id="verl/GoalGrid-v0"',
+                                                       "environment.kwargs={goal_index=true}"], 2)
     assert spec.structured and job.algorithm.name == "dqn"
     store = OffPolicyStore(job)
     for f in frags:

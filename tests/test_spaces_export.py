@@ -14,7 +14,8 @@ CASES = {  # name: job, overrides
     "lstm": ("cartpole_novel_lstm.toml", ["algorithm.policy.recurrent_size=8"]),
     "gru-dict": ("goalgrid_ppo.toml", ['algorithm.policy.recurrent="gru"',
                                       "algorithm.policy.recurrent_size=8",
-                                      "environment.normalize_obs=true"]),
+                                      "environment.normalize_obs=true",
+                                      "environment.kwargs={goal_index=true}"]),
     "dict": ("goalgrid_ppo.toml", ["environment.normalize_obs=true"]),
     "multidiscrete": ("jointchoice_ppo.toml", []),
 }

@@ -9,6 +9,11 @@ JSON line: {"final": mean return, "wall_s": training seconds}.
     python tools/bench/sb3_final.py '{"algo": "PPO", "env": "Acrobot-v1", "n_envs": 16,
         "normalize": true, "kwargs": {"n_steps": 256}, "budget": 1000000,
         "seed": 0, "episodes": 100, "first_seed": 1000000}'
+
+`"algo": "RecurrentPPO"` (sb3-contrib) trains an MlpLstmPolicy and evaluates it
+carrying its LSTM state through each episode; `policy_kwargs.activation_fn`
+names the activation ("relu", "tanh"). The package's env ids (verl/...) are
+registered here too.
 """
 
 from __future__ import annotations
@@ -34,13 +39,25 @@ def main(cfg: dict) -> dict:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
+    import verl_zmq.envs.tasks  # noqa: F401  (registers verl/CartPoleNoVel-v1 and others)
+
     torch.set_num_threads(cfg.get("threads", 1))
     env = make_vec_env(cfg["env"], n_envs=cfg["n_envs"], seed=cfg["seed"])
     if cfg.get("normalize"):
         env = VecNormalize(env, gamma=cfg["kwargs"].get("gamma", 0.99))
     kwargs = {k: schedule(v) for k, v in cfg["kwargs"].items()}
-    model = {"PPO": PPO, "DQN": DQN, "SAC": SAC}[cfg["algo"]](
-        "MlpPolicy", env, seed=cfg["seed"], verbose=0, **kwargs)
+    pk = dict(kwargs.pop("policy_kwargs", {}))
+    if "activation_fn" in pk:
+        pk["activation_fn"] = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh}[pk["activation_fn"]]
+    recurrent = cfg["algo"] == "RecurrentPPO"
+    if recurrent:
+        from sb3_contrib import RecurrentPPO
+
+        model = RecurrentPPO("MlpLstmPolicy", env, seed=cfg["seed"], verbose=0,
+                             policy_kwargs=pk, **kwargs)
+    else:
+        model = {"PPO": PPO, "DQN": DQN, "SAC": SAC}[cfg["algo"]](
+            "MlpPolicy", env, seed=cfg["seed"], verbose=0, policy_kwargs=pk or None, **kwargs)
     t0 = time.time()
     model.learn(cfg["budget"])
     wall = time.time() - t0
@@ -48,10 +65,15 @@ def main(cfg: dict) -> dict:
     for i in range(cfg["episodes"]):
         e = gym.make(cfg["env"])
         obs, _ = e.reset(seed=cfg["first_seed"] + i)
-        total, done = 0.0, False
+        total, done, state, start = 0.0, False, None, np.ones(1, bool)
         while not done:
             o = env.normalize_obs(obs) if cfg.get("normalize") else obs
-            action, _ = model.predict(o, deterministic=True)
+            if recurrent:  # the LSTM state through the episode, as RecurrentPPO's docs do
+                action, state = model.predict(o, state=state, episode_start=start,
+                                              deterministic=True)
+                start = np.zeros(1, bool)
+            else:
+                action, _ = model.predict(o, deterministic=True)
             obs, r, te, tr, _ = e.step(action)
             total += float(r)
             done = te or tr

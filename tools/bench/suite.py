@@ -60,6 +60,8 @@ TASKS = [
     Task("cartpole-dqn", "cartpole_dqn.toml", 500.0, 50_000),
     # no DAPO in the zoo: held to PPO's figure, with the budget counted over all peers
     Task("cartpole-dapo", "cartpole_dapo.toml", 500.0, 100_000),
+    # memory: rl-baselines3-zoo's RecurrentPPO (sb3-contrib) on CartPoleNoVel-v1
+    Task("cartpole-novel-lstm", "cartpole_novel_lstm.toml", 500.0, 100_000),
     Task("acrobot-ppo", "acrobot_ppo.toml", -73.506, 1_000_000),
     Task("acrobot-dqn", "acrobot_dqn.toml", -76.639, 100_000),
     Task("pendulum-sac", "pendulum_sac.toml", -156.995, 20_000),
@@ -77,6 +79,13 @@ BY_NAME = {t.name: t for t in TASKS}
 SB3 = {
     "cartpole-ppo": ZOO["ppo-cartpole"], "cartpole-dqn": ZOO["dqn-cartpole"],
     "pendulum-sac": ZOO["sac-pendulum"], "lunarlander-ppo": ZOO["lunarlander-ppo"],
+    "cartpole-novel-lstm": dict(
+        algo="RecurrentPPO", env="verl/CartPoleNoVel-v1", n_envs=8, normalize=True,
+        kwargs=dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+                    ent_coef=0.0, learning_rate="lin_0.001", clip_range="lin_0.2",
+                    policy_kwargs=dict(ortho_init=False, activation_fn="relu",
+                                       lstm_hidden_size=64, enable_critic_lstm=True,
+                                       net_arch=dict(pi=[64], vf=[64])))),
     "acrobot-ppo": dict(algo="PPO", env="Acrobot-v1", n_envs=16, normalize=True,
                         kwargs=dict(n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4,
                                     ent_coef=0.0)),
@@ -133,12 +142,10 @@ def run_once(task: Task, seed: int, episodes: int, sets: tuple[str, ...] = ()) -
             "to_target_s": ts - start if ts is not None else None}
 
 
-def run_sb3(task: Task, seed: int, episodes: int) -> float | None:
+def run_sb3(task: Task, seed: int, episodes: int) -> tuple[float, float]:
     """SB3 with the zoo's settings for this task to its budget: its final model's
-    mean return on the episodes ours is evaluated on (None without settings)."""
-    cfg = SB3.get(task.name)
-    if cfg is None:
-        return None
+    mean return on the episodes ours is evaluated on, and its training seconds."""
+    cfg = SB3[task.name]
     payload = {k: cfg[k] for k in ("algo", "env", "n_envs", "kwargs")}
     payload.update(normalize=cfg.get("normalize", False), budget=task.budget, seed=seed,
                    episodes=episodes, first_seed=FINAL_SEEDS)
@@ -146,7 +153,8 @@ def run_sb3(task: Task, seed: int, episodes: int) -> float | None:
                         json.dumps(payload)], capture_output=True, text=True, timeout=6 * 3600)
     if r.returncode != 0:
         raise RuntimeError(f"sb3_final.py: {r.stderr[-2000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])["final"]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return out["final"], out["wall_s"]
 
 
 def _fmt(x, spec: str = ".1f") -> str:
@@ -169,6 +177,8 @@ def row(task: Task, runs: list[dict]) -> dict:
         "final": _mean_min(finals),
         "best_model": _mean_min([r["best_model"] for r in runs]),
         "sb3": _mean_min([r.get("sb3") for r in runs]),
+        "sb3_wall_s": _fmt(statistics.mean(r["sb3_wall_s"] for r in runs)
+                           if all("sb3_wall_s" in r for r in runs) else None),
         "best": _mean_min([r["best"] for r in runs]),
         "reached": f"{len(reached)}/{len(runs)}",
         "steps": _fmt(statistics.mean(r["steps"] for r in reached) if reached else None, ",.0f"),
@@ -185,6 +195,7 @@ COLUMNS = [("task", "task"), ("zoo", "zoo return @budget"),
            ("best_model", "ours best.pt, mean (min)"),
            ("best", "ours best in training, mean (min)"),
            ("sb3", "SB3 zoo settings final, mean (min)"),
+           ("sb3_wall_s", "SB3 wall s/run"),
            ("reached", "reached zoo"),
            ("steps", "env steps to it"), ("to_target_s", "s to it"), ("wall_s", "wall s/run"),
            ("pass", "")]
@@ -222,8 +233,8 @@ def main() -> None:
         runs = []
         for seed in a.seeds:
             r = run_once(task, seed, a.final_episodes, tuple(a.sets))
-            if a.sb3:
-                r["sb3"] = run_sb3(task, seed, a.final_episodes)
+            if a.sb3 and task.name in SB3:
+                r["sb3"], r["sb3_wall_s"] = run_sb3(task, seed, a.final_episodes)
             runs.append(r)
             print(f"{task.name} seed {seed}: final {_fmt(r['final'])} ({a.final_episodes} "
                   f"episodes; last evaluation in training {_fmt(r['last_eval'])}) "

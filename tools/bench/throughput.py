@@ -10,6 +10,7 @@
     python tools/bench/throughput.py [--envs 8 32] [--seconds 20]
     python tools/bench/throughput.py --curve   # the pipeline with CURVE against without
     python tools/bench/throughput.py --env atari   # Breakout, the Atari preset, Nature CNN
+    python tools/bench/throughput.py --recurrent   # CartPoleNoVel: LSTM against feed-forward
 
 With `--env atari` it also prints Atari frames per second (4 per env step: the
 preset skips frames) and per core: the bare loop runs on one core, the pipeline
@@ -32,8 +33,53 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: to
 from tools.harness import ROOT, events, launch  # noqa: E402
 
 JOBS = {"cartpole": ROOT / "configs" / "cartpole_ppo.toml",
-        "atari": ROOT / "configs" / "breakout_ppo.toml"}
-FRAME_SKIP = {"cartpole": 1, "atari": 4}
+        "atari": ROOT / "configs" / "breakout_ppo.toml",
+        "novel": ROOT / "configs" / "cartpole_novel_lstm.toml"}
+FRAME_SKIP = {"cartpole": 1, "atari": 4, "novel": 1}
+FEED_FORWARD = 'algorithm.policy.recurrent=""'
+
+
+def sampler_loop(job_path: Path, envs: int, seconds: float, T: int,
+                 extra: list[str]) -> float:
+    """A sampler's own stepping code with the policy copy a sampler acts with
+    (`make_actor`: numpy for the built-in MLP and recurrent MLP policies), env-steps/s."""
+    from verl_zmq.config import load_job
+    from verl_zmq.envs.make import env_spec, make_vector_env
+    from verl_zmq.policy.numpy_actor import make_actor
+    from verl_zmq.sampling.collector import Collector
+
+    job = load_job(job_path, [f"sampling.num_envs_per_worker={envs}",
+                              f"sampling.fragment_length={T}",
+                              f"replay.capacity={T * envs * 8}", *extra])
+    actor = make_actor(job, env_spec(job.environment), (0, 1), (0, 0), threads=1)
+    venv, seeds = make_vector_env(job.environment, envs, 0, 1)
+    col = Collector(job, actor, venv, seeds)
+    col.collect()
+    t0, steps = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        col.collect()
+        steps += T * envs
+    return steps / (time.perf_counter() - t0)
+
+
+def recurrent_cost(args) -> None:
+    """The recurrent CartPoleNoVel job's sampler against the same job feed-forward,
+    interleaved: the sampler's stepping code alone, then the pipeline."""
+    job = JOBS["novel"]
+    print(f"{'envs':>5}{'ff sampler/s':>14}{'lstm sampler/s':>16}{'ratio':>7}"
+          f"{'ff pipeline/s':>15}{'lstm pipeline/s':>17}{'ratio':>7}")
+    for envs in args.envs:
+        ff, rec, pf, pr = [], [], [], []
+        for _ in range(args.repeats):
+            ff.append(sampler_loop(job, envs, args.seconds / 2, args.fragment_length,
+                                   [FEED_FORWARD]))
+            rec.append(sampler_loop(job, envs, args.seconds / 2, args.fragment_length, []))
+            pf.append(pipeline(job, envs, args.seconds, args.fragment_length,
+                               [FEED_FORWARD, *args.extra]))
+            pr.append(pipeline(job, envs, args.seconds, args.fragment_length, args.extra))
+        m = [statistics.median(x) for x in (ff, rec, pf, pr)]
+        print(f"{envs:>5}{m[0]:>14,.0f}{m[1]:>16,.0f}{m[1] / m[0]:>7.2f}"
+              f"{m[2]:>15,.0f}{m[3]:>17,.0f}{m[3] / m[2]:>7.2f}", flush=True)
 
 
 def bare_loop(job_path: Path, envs: int, seconds: float, T: int) -> float:
@@ -89,6 +135,8 @@ def main() -> None:
                     help="extra job overrides for the pipeline, e.g. security.curve=true")
     ap.add_argument("--curve", action="store_true",
                     help="compare the pipeline with security.curve=true against without")
+    ap.add_argument("--recurrent", action="store_true",
+                    help="the recurrent CartPoleNoVel job's sampler against feed-forward")
     args = ap.parse_args()
     job = JOBS[args.env]
     atari = args.env == "atari"
@@ -96,6 +144,9 @@ def main() -> None:
     args.fragment_length = args.fragment_length or (32 if atari else 128)
     if args.curve:
         curve_cost(job, args)
+        return
+    if args.recurrent:
+        recurrent_cost(args)
         return
     skip, cores = FRAME_SKIP[args.env], os.cpu_count() or 1
     print(f"{'envs':>5}{'bare steps/s':>15}{'pipeline steps/s':>18}{'ratio':>8}"

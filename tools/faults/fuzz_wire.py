@@ -29,9 +29,10 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
 from tools.harness import ROOT, events, rss_mb, start, stop  # noqa: E402  # noqa: E402
 from verl_zmq import wire  # noqa: E402
-from verl_zmq.wire.samples import (
-    mutate,  # noqa: E402
-    samples,  # noqa: E402
+from verl_zmq.wire.samples import (  # noqa: E402
+    mutate,
+    samples,
+    schema_mismatches,
 )
 
 CLIENT = {"registry": zmq.DEALER, "requests": zmq.DEALER, "gossip": zmq.DEALER,
@@ -47,9 +48,16 @@ def cases(rng: random.Random):
     seeds = [[bytes(f) for f in wire.encode(m)] for m in samples()
              if not isinstance(m, COMMANDS)]
     header = msgpack.unpackb(seeds[0][0], raw=False)
+    # well-formed fragments whose columns disagree with the job's (Dict keys where a
+    # plain observation belongs, dtypes, shapes): decoded, then refused by the shard
+    schema = [[bytes(f) for f in wire.encode(wire.Fragment(version=1, arrays=a))]
+              for a in schema_mismatches()]
     while True:
-        r = rng.randrange(10)
+        r = rng.randrange(11)
         base = rng.choice(seeds)
+        if r == 10:
+            yield "schema", rng.choice(schema)
+            continue
         if r < 3:
             yield "random", [rng.randbytes(rng.randrange(512)) for _ in range(rng.randint(1, 3))]
         elif r < 7:
@@ -107,7 +115,8 @@ def _endpoints(run: Path) -> dict[str, str]:
     return out
 
 
-MALFORMED = ("random", "version", "dtype/shape", "frames")  # can never decode
+MALFORMED = ("random", "version", "dtype/shape", "frames",  # can never decode
+             "schema")  # decodes, but no role takes it
 
 
 def send_all(eps: dict[str, str], args, rng: random.Random) -> tuple[int, int]:

@@ -5,8 +5,10 @@ gymnasium ids when `envs.make` is imported.
 - `verl/CartPoleNoVel-v1`: CartPole with the velocities hidden (cart position
   and pole angle only); a policy must remember to balance it. Optimal 500.
 - `verl/GoalGrid-v0`: a grid walk to a goal given in its own key, observations
-  `{"position": Box(2), "goal": Discrete(size * size)}`. Reaching the goal pays
-  shortest path / steps taken, so the optimal return is 1.0 per episode.
+  `{"position": Box(2), "goal": Box(2)}` (cells scaled to [0, 1]); with
+  `goal_index=True` the goal is a `Discrete(size * size)` cell index instead.
+  Reaching the goal pays shortest path / steps taken, so the optimal return is
+  1.0 per episode.
 - `verl/JointChoice-v0`: each step shows a cue (one of 3 x 3, one-hot) and
   takes a MultiDiscrete([3, 3]) action; only both parts right pay 1. Episodes
   of `length` steps: the optimal return is `length`.
@@ -44,20 +46,23 @@ _MOVES = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]])
 class GoalGrid(gym.Env):
     """Walk a `size` x `size` grid to the goal; the goal is its own Dict key."""
 
-    def __init__(self, size: int = 5, max_steps: int = 0):
+    def __init__(self, size: int = 5, max_steps: int = 0, goal_index: bool = False):
         self.size = size
         self.max_steps = max_steps or 4 * size
+        self.goal_index = goal_index
         self.observation_space = gym.spaces.Dict({
             "position": gym.spaces.Box(0.0, 1.0, (2,), np.float32),
-            "goal": gym.spaces.Discrete(size * size)})
+            "goal": gym.spaces.Discrete(size * size) if goal_index
+            else gym.spaces.Box(0.0, 1.0, (2,), np.float32)})
         self.action_space = gym.spaces.Discrete(4)
         self.pos = np.zeros(2, np.int64)
         self.goal = np.zeros(2, np.int64)
         self.t = self.shortest = 0
 
     def _obs(self) -> dict[str, Any]:
-        return {"position": (self.pos / (self.size - 1)).astype(np.float32),
-                "goal": int(self.goal[0] * self.size + self.goal[1])}
+        goal = int(self.goal[0] * self.size + self.goal[1]) if self.goal_index \
+            else (self.goal / (self.size - 1)).astype(np.float32)
+        return {"position": (self.pos / (self.size - 1)).astype(np.float32), "goal": goal}
 
     def reset(self, *, seed: int | None = None, options: Any = None):
         super().reset(seed=seed)

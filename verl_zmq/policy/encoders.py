@@ -1,7 +1,8 @@
 """The observation encoder of the policy networks: what turns an observation,
 plain or structured (`envs/spaces.py`), into one feature vector per step.
 
-A plain observation is flattened. A structured one is encoded per leaf, as
+A plain observation is flattened, or goes through a convolutional encoder
+where `policy.encoder` names one (images). A structured one is encoded per leaf, as
 Stable-Baselines3's CombinedExtractor does: Box and MultiBinary leaves
 flattened, Discrete ones one-hot (`spaces.features` computes the same in
 numpy, so MLP samplers stay torch-free), and image leaves through a
@@ -27,11 +28,14 @@ class ObsEncoder(nn.Module):
         self.structured = bool(spec.structured)
         self.leaves = tuple(spec.leaves)
         self.images = nn.ModuleDict()
+        self.cnn: nn.Module | None = None
         self.units = int(spec.obs_shape[0]) if self.structured else \
             int(torch.tensor(spec.obs_shape).prod())
-        if self.structured:
-            from ..pixels.cnn import encoder
+        from ..pixels.cnn import encoder
 
+        if not self.structured and policy.encoder != "mlp":
+            self.cnn, self.units = encoder(policy.encoder, tuple(spec.obs_shape))
+        if self.structured:
             for i, leaf in enumerate(self.leaves):
                 if leaf.kind == "image":
                     kind = policy.encoder if policy.encoder != "mlp" else "impala_cnn"
@@ -39,6 +43,8 @@ class ObsEncoder(nn.Module):
                     self.units += units
 
     def forward(self, obs: Any) -> torch.Tensor:
+        if self.cnn is not None:
+            return self.cnn(obs)  # type: ignore[no-any-return]
         if not self.structured:
             return obs.flatten(1).float()  # type: ignore[no-any-return]
         parts, pics = [], []

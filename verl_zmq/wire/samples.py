@@ -36,6 +36,23 @@ def cartpole_fragment(T: int = 128, E: int = 8, seed: int = 0) -> dict[str, np.n
     }
 
 
+def schema_mismatches(T: int = 16, E: int = 2, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Fragments that decode but disagree with a CartPole job's columns: a structured
+    observation (Dict keys `obs.goal`, `obs.position`) where a plain one belongs,
+    an observation column of the wrong dtype, of the wrong shape, and an extra key
+    missing its bootstrap twin. A shard counts and drops each."""
+    base = cartpole_fragment(T, E, seed)
+    rng = np.random.default_rng(seed)
+    dict_obs = {k: v for k, v in base.items() if k not in ("obs", "bootstrap_obs")}
+    dict_obs |= {"obs.goal": rng.integers(0, 25, (T, E)), "bootstrap_obs.goal": np.zeros(E, int),
+                 "obs.position": rng.random((T, E, 2), dtype=np.float32),
+                 "bootstrap_obs.position": np.zeros((E, 2), np.float32)}
+    return [dict_obs,
+            {**base, "obs": base["obs"].astype(np.float64)},
+            {**base, "obs": base["obs"][..., :3]},
+            {**base, "action": base["action"].astype(np.float32)}]
+
+
 def as_sampler_ships(arrays: dict[str, np.ndarray],
                      varying: tuple[str, ...] = ("ep_return", "ep_length")) -> wire.LazyArrays:
     """The same arrays as a sampler ships them: the fixed columns in one arena

@@ -95,6 +95,11 @@ class LeafNorm:
         self.rms = {leaf.column: RunningMeanStd(leaf.shape) for leaf in leaves
                     if leaf.kind == "box"}
 
+    @property
+    def count(self) -> float:
+        """Observations seen (every Box leaf sees each)."""
+        return max((r.count for r in self.rms.values()), default=0.0)
+
     def normalize(self, obs: Mapping[str, np.ndarray], clip: float) -> dict[str, np.ndarray]:
         return {k: self.rms[k].normalize(v, clip) if k in self.rms else v
                 for k, v in obs.items()}

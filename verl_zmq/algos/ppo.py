@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from ..batch import FIRST, STATE, bootstrap, episodes
+from ..batch import STATE, episodes
 from ..config.sections import ceil_div
 from ..envs.spaces import gather
 from ..policy.encoders import obs_apply, obs_tensor
@@ -36,6 +36,7 @@ from .core import (
     compute_gae,
     lookup,
 )
+from .recurrence import Passed, act_recurrent, cut_sequences, sequence_pass
 
 __all__ = ["PPO", "Recipe", "clipped_surrogate", "compute_gae"]
 
@@ -117,61 +118,24 @@ class PPO(Algorithm):
 
     def _act_recurrent(self, o: Any, deterministic: bool, state: Any
                        ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        n = len(next(iter(o.values()))) if isinstance(o, dict) else len(o)
-        h, first = state if state is not None else (
-            np.zeros((n, self.state_size), np.float32), np.ones(n, bool))
-        out, value, nxt = self.net.step(o, torch.as_tensor(h, device=self.device),  # type: ignore[operator]
-                                        torch.as_tensor(first, device=self.device))
-        d = self.net.make_dist(out)
-        a = self.net.mode(d) if deterministic else self.net.sample(d)
-        return a.cpu().numpy(), {"logp": self.net.log_prob(d, a).cpu().numpy(),
-                                 "value": value.cpu().numpy(),
-                                 "rnn_state": nxt.cpu().numpy()}
+        return act_recurrent(self.net, o, deterministic, state, self.device)
 
     def env_action(self, action: np.ndarray) -> np.ndarray:
         """What the env receives: continuous actions clipped to the Box bounds."""
         if self.spec.continuous:
-            return np.clip(action, self.low, self.high)
+            clipped: np.ndarray = np.clip(action, self.low, self.high)
+            return clipped
         return env_action_of(self.spec, action)
 
     def _flat_obs(self, batch: Arrays, prefix: str = "") -> Any:
         """A batch's [T, N, ...] observation columns as [T * N, ...] tensors."""
         def flat(x: Any) -> np.ndarray:
-            x = np.asarray(x)
-            return x.reshape(-1, *x.shape[2:]) if not prefix else x
+            out: np.ndarray = np.asarray(x)
+            return out.reshape(-1, *out.shape[2:]) if not prefix else out
         return obs_tensor(obs_apply(gather(batch, self.leaves, prefix), flat), self.device)
 
-    def _sequence_pass(self, batch: Arrays, net: PolicyNet | None = None
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """A recurrent network over a whole [T, N] batch, chunk by chunk from the
-        shipped states: log pi(a_t|h_t), V(h_t) [T, N], the bootstrap value [N] and
-        the state before each chunk [K, N, S]."""
-        net = net or self.net
-        T, N = batch["reward"].shape
-        L = self.chunk
-        obs = obs_apply(gather(batch, self.leaves),
-                        lambda x: torch.as_tensor(np.swapaxes(np.asarray(x), 0, 1),
-                                                  device=self.device))
-        first = torch.as_tensor(np.asarray(batch[FIRST]).T, device=self.device)
-        act = torch.as_tensor(np.swapaxes(np.asarray(batch["action"]), 0, 1),
-                              device=self.device)
-        h = torch.as_tensor(np.asarray(batch[STATE]), device=self.device)
-        logps, values, starts = [], [], []
-        with torch.no_grad():
-            for k in range(T // L):
-                cut = slice(k * L, (k + 1) * L)
-                starts.append(h)
-                out, v, h = net.unroll(obs_apply(obs, lambda x, c=cut: x[:, c]),  # type: ignore[operator]
-                                       h, first[:, cut])
-                a = act[:, cut]
-                logps.append(net.log_prob(net.make_dist(out.reshape(N * L, -1)),
-                                          a.reshape(N * L, *a.shape[2:])).reshape(N, L))
-                values.append(v)
-            boot_obs = obs_tensor(gather(batch, self.leaves, "bootstrap_"), self.device)
-            _, boot, _ = net.step(boot_obs, h, torch.as_tensor(  # type: ignore[operator]
-                np.asarray(batch[bootstrap(FIRST)]), device=self.device))
-        return (torch.cat(logps, 1).T.cpu().numpy(), torch.cat(values, 1).T.cpu().numpy(),
-                boot.cpu().numpy(), torch.stack(starts).cpu().numpy())
+    def _sequence_pass(self, batch: Arrays) -> Passed:
+        return sequence_pass(self.net, batch, self.leaves, self.chunk, self.device)
 
     # -- learning ---------------------------------------------------------------
 
@@ -263,31 +227,10 @@ class PPO(Algorithm):
 
     def _sequences(self, batch: Arrays, est: Any, columns: dict[str, np.ndarray]
                    ) -> dict[str, torch.Tensor]:
-        """A recurrent update's data: [T, N] columns cut into K = T / chunk sequences
-        per env column, [K * N, chunk, ...] (a minibatch takes whole sequences), and
-        each sequence's initial state `state0` [K * N, S]: the shipped one for the
-        first chunk, the current network's for later ones."""
-        T, N = batch["reward"].shape
-        L = self.chunk
-        K = T // L
-        starts = self._sequence_pass(batch)[3] if K > 1 else np.asarray(batch[STATE])[None]
-
-        def seqs(x: Any) -> torch.Tensor:
-            x = np.asarray(x)
-            x = np.swapaxes(x.reshape(K, L, N, *x.shape[2:]), 1, 2)
-            return self.to_device(np.ascontiguousarray(x.reshape(K * N, L, *x.shape[3:])))
-
-        col = np.broadcast_to(np.arange(N), (T, N))
-        data = {c: seqs(batch[c]) for c in self._obs_columns()}
-        if "obs" in data:
-            data["obs"] = data["obs"].float()
-        data |= {"action": seqs(batch["action"]), "logp": seqs(batch["logp"]).float(),
-                 "value": seqs(est.value).float(), "adv": seqs(est.adv), "ret": seqs(est.ret),
-                 "column": seqs(col), "valid": seqs(np.asarray(batch["valid"], bool)),
-                 "first": seqs(np.asarray(batch[FIRST], bool)),
-                 **{k: seqs(v) for k, v in columns.items()},
-                 "state0": self.to_device(starts.reshape(K * N, -1)).float()}
-        return data
+        starts = self._sequence_pass(batch)[3] if batch["reward"].shape[0] > self.chunk \
+            else np.asarray(batch[STATE])[None]
+        return cut_sequences(batch, est, columns, self._obs_columns(), self.chunk, starts,
+                             self.to_device)
 
     _STEPWISE = ("action", "logp", "value", "adv", "ret", "column", "seq", "ref_logp")
 

@@ -131,7 +131,7 @@ def columns(leaves: tuple[Leaf, ...]) -> tuple[str, ...]:
     return tuple(leaf.column for leaf in leaves)
 
 
-def features(obs: Mapping[str, np.ndarray], leaves: tuple[Leaf, ...]) -> np.ndarray:
+def features(obs: Any, leaves: tuple[Leaf, ...]) -> np.ndarray:
     """[B, sum of widths] float32: the non-image leaves flattened, discrete ones
     one-hot, in leaf order (what `policy.encoders.ObsEncoder` computes in torch)."""
     parts = []

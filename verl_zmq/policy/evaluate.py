@@ -42,7 +42,7 @@ def _eval_env(job: Any, video_dir: str, prefix: str) -> gym.Env[Any, Any]:
 def policy_input(raw: Any, spec: Any, rms: ObsNorm | None, clip: float) -> Any:
     """What a policy acts on from raw (batched) observations as the env gives them:
     a structured one as {column: array}, normalised with `rms` when given."""
-    obs = split(raw, spec.leaves) if spec.structured else raw
+    obs: Any = split(raw, spec.leaves) if spec.structured else raw
     if rms is not None:
         return rms.normalize(obs, clip)
     return obs if spec.structured else np.asarray(obs, np.float32)
@@ -86,7 +86,7 @@ def evaluate(algo: Actor, job: Any, rms: ObsNorm | None, episodes: int, seed: in
         active = np.ones(episodes, bool)
         clip = job.environment.clip_obs
         memory = Memory(algo, episodes)
-        spec = algo.spec  # type: ignore[attr-defined]
+        spec = algo.spec
         while active.any():
             a = memory.act(policy_input(obs, spec, rms, clip), deterministic)
             obs, r, te, tr, _ = venv.step(algo.env_action(a))

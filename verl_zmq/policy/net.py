@@ -3,6 +3,8 @@ the action distributions of each action space kind."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -14,22 +16,25 @@ class MultiCategorical(Distribution):
     choices each): logits [B, sum(nvec)], actions [B, len(nvec)]; log-probabilities
     and entropies summed over the entries."""
 
-    arg_constraints: dict = {}
+    arg_constraints: dict[str, Any] = {}
 
     def __init__(self, logits: torch.Tensor, nvec: tuple[int, ...]):
         self.parts = [torch.distributions.Categorical(logits=x, validate_args=False)
                       for x in torch.split(logits, list(nvec), dim=-1)]
         super().__init__(logits.shape[:-1], validate_args=False)
 
-    def sample(self, sample_shape: torch.Size = torch.Size()) -> torch.Tensor:  # noqa: B008
-        return torch.stack([p.sample(sample_shape) for p in self.parts], dim=-1)
+    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = ()
+               ) -> torch.Tensor:
+        return torch.stack([p.sample(torch.Size(sample_shape))  # type: ignore[no-untyped-call]
+                            for p in self.parts], dim=-1)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
-        return torch.stack([p.log_prob(value[..., i]) for i, p in enumerate(self.parts)],
-                           dim=-1).sum(-1)
+        return torch.stack([p.log_prob(value[..., i])  # type: ignore[no-untyped-call]
+                            for i, p in enumerate(self.parts)], dim=-1).sum(-1)
 
     def entropy(self) -> torch.Tensor:
-        return torch.stack([p.entropy() for p in self.parts], dim=-1).sum(-1)
+        return torch.stack([p.entropy() for p in self.parts],  # type: ignore[no-untyped-call]
+                           dim=-1).sum(-1)
 
     @property
     def mode(self) -> torch.Tensor:
@@ -106,7 +111,7 @@ class PolicyNet(nn.Module):
         if kind == "discrete":
             return d.probs.argmax(-1)  # type: ignore[attr-defined,no-any-return]
         if kind == "multidiscrete":
-            return d.mode  # type: ignore[no-any-return]
+            return d.mode
         if kind == "multibinary":
             return (d.logits > 0).long()  # type: ignore[attr-defined,no-any-return]
         return d.mean

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
@@ -9,28 +11,10 @@ from torch import nn
 from ..config import Policy
 from ..envs.make import EnvSpec
 from .encoders import ObsEncoder
+from .layers import mlp
 from .net import PolicyNet
 
-ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
-
-
-def mlp(n_in: int, hidden: list[int], n_out: int, activation: str,
-        out_gain: float = 1.0) -> nn.Sequential:
-    """An MLP with orthogonal init (gain sqrt(2) inside, `out_gain` on the last layer)."""
-    layers: list[nn.Module] = []
-    last = n_in
-    for h in hidden:
-        lin = nn.Linear(last, h)
-        nn.init.orthogonal_(lin.weight, np.sqrt(2))
-        nn.init.zeros_(lin.bias)
-        layers += [lin, ACTIVATIONS[activation]()]
-        last = h
-    out = nn.Linear(last, n_out)
-    nn.init.orthogonal_(out.weight, out_gain)
-    nn.init.zeros_(out.bias)
-    layers.append(out)
-    return nn.Sequential(*layers)
-
+__all__ = ["ActorCritic", "actor_critic", "flat_grad", "mlp", "obs_dim", "set_flat_grad"]
 
 def obs_dim(spec: EnvSpec) -> int:
     return int(np.prod(spec.obs_shape))
@@ -49,16 +33,18 @@ class ActorCritic(PolicyNet):
         self.v = mlp(n, policy.hidden_sizes, 1, policy.activation, 1.0)
         if spec.continuous:
             self.log_std = nn.Parameter(torch.full((spec.n_actions,), policy.log_std_init))
-        self._memo: tuple = (None, None, None)
+        self._memo: tuple[Any, Any, Any] = (None, None, None)
 
-    def _features(self, obs) -> torch.Tensor:
+    def _features(self, obs: Any) -> torch.Tensor:
         # a structured observation's features are computed once for both heads
         if not self.features.structured:
-            return self.features(obs)
+            out: torch.Tensor = self.features(obs)
+            return out
         key = torch.is_grad_enabled()
         if self._memo[0] is obs and self._memo[1] == key:
-            return self._memo[2]
-        h = self.features(obs)
+            memo: torch.Tensor = self._memo[2]
+            return memo
+        h: torch.Tensor = self.features(obs)
         self._memo = (obs, key, h)
         return h
 

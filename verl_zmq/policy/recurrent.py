@@ -19,8 +19,8 @@ from torch import nn
 
 from ..config import Policy
 from .encoders import ObsEncoder
+from .layers import mlp
 from .net import Distribution, PolicyNet
-from .nets import mlp
 
 
 class RecurrentActorCritic(PolicyNet):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from . import blas  # noqa: F401  (before numpy: one BLAS thread per role process)
 from .config import ConfigError, Job, load_job, loads_job
 from .config.roles import ROLES, default_member_id
 

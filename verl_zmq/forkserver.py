@@ -38,6 +38,8 @@ import signal
 import socket
 import sys
 
+from . import blas  # noqa: F401  (before numpy: one BLAS thread per role process)
+
 MAX_MSG = 1 << 20
 
 

@@ -71,7 +71,7 @@ BAD_ENVS = {
     "unsupported_space.toml": "Text at obs.x is not supported",
     "too_much_memory.toml": "GiB",
     "bad_entry_point.toml": "cannot import",
-    "dqn_on_continuous.toml": "dqn needs Discrete actions",
+    "dqn_on_continuous.toml": "Pendulum-v1 has Box actions, which dqn does not take",
 }
 
 

@@ -75,11 +75,12 @@ def test_sampler_and_learner_log_probs_agree(cell, recurrence):
     assert np.abs(a[STATE]).sum() > 0  # the carried state is not zeros
 
 
-def test_recurrent_update_learns_from_the_shipped_state():
+@pytest.mark.parametrize("vtrace", [False, True])
+def test_recurrent_update_learns_from_the_shipped_state(vtrace):
     """An update runs on sequences of `recurrence` steps; its first epoch's ratio is
-    1 (the learner's log-probabilities are the sampler's)."""
+    1 (the learner's log-probabilities are the sampler's), with GAE or V-trace."""
     job = _job("lstm", "algorithm.params.recurrence=16", "algorithm.params.n_epochs=1",
-               "algorithm.params.minibatch_size=256")
+               "algorithm.params.minibatch_size=256", f"algorithm.params.vtrace={vtrace}".lower())
     spec = env_spec(job.environment)
     actor = NumpyActor(job, spec)
     venv, seeds = make_vector_env(job.environment, 4, 0, 1)

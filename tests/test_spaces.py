@@ -138,3 +138,15 @@ def test_ppo_learns_on_every_leaf_kind_and_multibinary_actions():
     assert abs(out["losses/approx_kl"]) < 1e-6
     after = algo.policy_arrays()
     assert any(not np.allclose(before[k], after[k]) for k in before if "features" in k)
+
+
+def test_the_space_jobs_differ_from_the_shipped_ppo_job_only_in_their_environment():
+    import tomllib
+
+    base = tomllib.loads((CONFIGS / "cartpole_ppo.toml").read_text())
+    for name in ("goalgrid_ppo.toml", "jointchoice_ppo.toml"):
+        job = tomllib.loads((CONFIGS / name).read_text())
+        assert job["experiment"].pop("name") != base["experiment"]["name"]
+        assert {k: v for k, v in job.items() if k != "environment"} == {
+            k: (v if k != "experiment" else {x: y for x, y in v.items() if x != "name"})
+            for k, v in base.items() if k != "environment"}

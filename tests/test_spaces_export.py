@@ -135,3 +135,36 @@ def test_api_recurrent_policy_keeps_or_takes_its_state(tmp_path):
     a, s2 = policy.act(batch[:4], state=policy.initial_state(4),
                        episode_start=np.ones(4, bool))
     assert a.shape == (4,) and s2.shape == (4, policy.state_size)
+
+
+def test_serve_answers_structured_and_recurrent_requests(tmp_path):
+    """`verl serve`'s request handling: a Dict observation as a map of columns, a
+    recurrent policy's state in and out (zeros when absent), errors named."""
+    import msgpack
+
+    from verl_zmq.ops.export import export, load_policy
+    from verl_zmq.ops.serve import PolicyServer, pack_array, unpack_array
+
+    ckpt, batch, _ = _checkpoint(tmp_path, "gru-dict")
+    lp = load_policy(ckpt)
+    server = PolicyServer(export(ckpt, "onnx", tmp_path / "p.onnx"), "tcp://127.0.0.1:*",
+                          log=None)  # handle() logs nothing
+    try:
+        rows = {k: v[:4] for k, v in batch.items()}
+        req = {"obs": {k: pack_array(v) for k, v in rows.items()}}
+        first = server.handle([msgpack.packb(req, use_bin_type=True)])
+        assert "state" in first, first
+        state = unpack_array(first["state"])
+        expected, want_state = lp.actions(rows, True, (np.zeros((4, 8), np.float32),
+                                                       np.zeros(4, bool)))
+        np.testing.assert_array_equal(unpack_array(first["action"]), expected)
+        np.testing.assert_allclose(state, want_state, atol=1e-5)
+        again = server.handle([msgpack.packb(req | {"state": pack_array(state)},
+                                             use_bin_type=True)])
+        np.testing.assert_array_equal(unpack_array(again["action"]),
+                                      lp.actions(rows, True, (state, np.zeros(4, bool)))[0])
+        missing = server.handle([msgpack.packb({"obs": {"obs.goal": req["obs"]["obs.goal"]}},
+                                               use_bin_type=True)])
+        assert "obs.position" in missing["error"]
+    finally:
+        server.sock.close(0)

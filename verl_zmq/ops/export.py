@@ -135,14 +135,15 @@ class DeterministicPolicy(nn.Module):
         return self.low + (torch.tanh(mu) + 1.0) * 0.5 * (self.high - self.low)
 
     def example(self) -> tuple[torch.Tensor, ...]:
-        """One zero input of each kind (a batch of one)."""
+        """One zero input of each kind, a batch of two: torch.export specialises a
+        dimension of size 1, which would fix the exported state's batch at one."""
         if self.structured:
-            xs = [torch.zeros((1, *leaf.shape), dtype=getattr(torch, str(leaf.dtype)))
+            xs = [torch.zeros((2, *leaf.shape), dtype=getattr(torch, str(leaf.dtype)))
                   for leaf in self.spec.leaves]
         else:
-            xs = [torch.zeros((1, *self.spec.obs_shape), dtype=torch.float32)]
+            xs = [torch.zeros((2, *self.spec.obs_shape), dtype=torch.float32)]
         if self.recurrent:
-            xs.append(torch.zeros((1, self.head.state_size), dtype=torch.float32))
+            xs.append(torch.zeros((2, self.head.state_size), dtype=torch.float32))
         return tuple(xs)
 
     @property

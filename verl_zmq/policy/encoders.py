@@ -55,7 +55,7 @@ class ObsEncoder(nn.Module):
             elif leaf.kind == "discrete":
                 parts.append(F.one_hot(x.long().reshape(-1), leaf.n).float())
             else:
-                parts.append(x.reshape(len(x), -1).float())
+                parts.append(x.flatten(1).float())
         return torch.cat(parts + pics, dim=1)
 
 

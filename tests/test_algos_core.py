@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT
-from verl_zmq.algos import core
+from verl_zmq.algos import core, grouped  # noqa: F401 (grouped registers its estimators)
 from verl_zmq.config import algo_params
 
 
@@ -31,7 +31,7 @@ def test_every_registered_function_is_documented():
 
 def test_an_unknown_name_names_the_key_and_the_choices():
     with pytest.raises(ValueError, match=r"algorithm.params.loss_agg: 'x': expected one of "
-                                         r"fragment-mean, seq-mean-token-sum"):
+                                         r"fragment-mean, seq-mean-token-mean, "):
         core.lookup(core.AGGREGATIONS, "x", "algorithm.params.loss_agg")
 
 
@@ -39,7 +39,7 @@ def test_step_mean_and_token_mean_are_one_meaning():
     per_step = torch.tensor([1.0, 2.0, 3.0, 10.0])
     mb = {"seq": torch.tensor([0, 0, 0, 1]), "column": torch.tensor([0, 0, 0, 1])}
     assert core.AGGREGATIONS["step-mean"] is core.AGGREGATIONS["token-mean"]
-    assert float(core.AGGREGATIONS["token-mean"](per_step, mb)) == 4.0
+    assert float(core.AGGREGATIONS["token-mean"](per_step, mb, 1.0)) == 4.0
     assert float(core.AGGREGATIONS["seq-mean-token-sum"](per_step, mb)) == 8.0
     assert float(core.AGGREGATIONS["fragment-mean"](per_step, mb)) == 6.0
 

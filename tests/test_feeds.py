@@ -196,7 +196,9 @@ async def test_a_fragment_filter_drops_and_draws_more():
     async with sockets() as t:
         shard = FakeShard(t)
         state = TrainState()
-        keep = lambda a: float(a["reward"][0, 0]) > 0  # noqa: E731
+        def keep(a):
+            return (a, T * E) if float(a["reward"][0, 0]) > 0 else None
+
         cfg = FeedConfig(batch_size=32, prefetch=4, fragment_steps=T * E, max_lag=4,
                          max_fills=3, fill_timeout_s=1.0)
         feed = FragmentFeed(links_args(t), state, LAYOUT, cfg, keep=keep)

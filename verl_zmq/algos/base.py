@@ -13,8 +13,8 @@ never through attributes set from outside:
   the job's env steps as the sampler estimates them (exploration schedules).
 - `learn(batch, at)` (learner): one update at a point of training (`Progress`);
   returns `Learned`: its metrics and, off-policy, the batch's new priorities.
-- `fragment_filter()`: a predicate the learner's fragment feed applies before
-  an update (dynamic sampling), or None.
+- `fragment_filter()`: what the learner's fragment feed applies to each fragment
+  before an update (dynamic sampling, group filtering), or None.
 - `policy_arrays()` / `load_policy_arrays()`: what travels in a params message.
 - `state_dict()` / `load_state_dict()`: everything a checkpoint holds.
 
@@ -87,6 +87,11 @@ class Learned:
 
     metrics: dict[str, float] = field(default_factory=dict)
     priorities: np.ndarray | None = None
+
+
+# a fragment -> None (drop it), or what is kept of it and the steps that count
+FragmentFilter = Callable[[Mapping[str, np.ndarray]],
+                          "tuple[Mapping[str, np.ndarray], int] | None"]
 
 
 class Algorithm(ABC):
@@ -168,8 +173,10 @@ class Algorithm(ABC):
     def extras(self) -> tuple[str, ...]:
         return self.traits.extras
 
-    def fragment_filter(self) -> Callable[[Mapping[str, np.ndarray]], bool] | None:
-        """A predicate on fragments: False drops one before an update. None: keep all."""
+    def fragment_filter(self) -> FragmentFilter | None:
+        """A filter on fragments before an update: None drops one, else (the fragment
+        to learn from, perhaps with parts marked out, and the env steps of it that
+        count towards the batch). None: keep all."""
         return None
 
     def bc_batch(self, env_steps: int) -> tuple[float, torch.Tensor, torch.Tensor] | None:

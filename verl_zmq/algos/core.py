@@ -2,7 +2,8 @@
 name as verl's `core_algos` registers them: advantage estimators, policy
 losses, loss aggregations and KL estimators. PPO, DAPO and GRPO (`ppo.py`,
 `dapo.py`, `grpo.py`) compose them by name from the job; a new variant is a
-function here, not a subclass.
+function here (or in `grouped.py`, the critic-free estimators of post-training,
+which `ppo.py` imports so they register), not a subclass.
 
 Shapes: fragments arrive as [T, N] columns (T steps of N env columns, in the
 NEXT_STEP autoreset layout of `batch.py`); a minibatch is flat: [B] valid steps,
@@ -63,6 +64,7 @@ class AdvantageInput:
     ordinal: np.ndarray
     how: np.ndarray
     group_size: int = 1
+    max_response: int = 0  # a sequence task's longest response (the overlong penalty's)
 
 
 @dataclass
@@ -126,85 +128,39 @@ def vtrace_advantages(x: AdvantageInput) -> Advantages:
     return Advantages(adv, ret, value)
 
 
-def group_advantages(scores: np.ndarray, counted: np.ndarray, group_size: int,
-                     std_normalize: bool = True, eps: float = 1e-6
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Group-normalised advantages of responses [N, K] (column n, its k-th response;
-    columns n // group_size answer the same prompts). Responses not `counted`
-    (dropped, or not ended) take no part and get 0. Returns (advantages, whether
-    each group [N // G, K] had a signal: at least two counted responses whose
-    scores are not all equal)."""
-    N, K = scores.shape
-    G = group_size
-    s = scores.reshape(N // G, G, K)
-    c = counted.reshape(N // G, G, K).astype(np.float64)
-    n = c.sum(1)
-    mean = (s * c).sum(1) / np.maximum(n, 1)
-    var = (((s - mean[:, None]) ** 2) * c).sum(1) / np.maximum(n - 1, 1)  # unbiased
-    std = np.sqrt(var)
-    adv = s - mean[:, None]
-    if std_normalize:
-        adv = adv / (std[:, None] + eps)
-    signal = (n >= 2) & (std > eps)
-    adv = np.where((c > 0) & signal[:, None], adv, 0.0)
-    return adv.reshape(N, K).astype(np.float32), signal
-
-
-@register_advantage("grpo")
-def grpo_advantages(x: AdvantageInput) -> Advantages:
-    """Each counted response's score (its rewards summed: a KL penalty in the reward
-    included) against its group's (Shao et al. 2024), on every one of its tokens;
-    no critic: returns and values are zeros."""
-    ordinal, how, G = x.ordinal, x.how, x.group_size
-    learn = np.asarray(x.batch["valid"], bool)
-    N, K = how.shape
-    cols = np.broadcast_to(np.arange(N), learn.shape)
-    scores = np.zeros((N, K), np.float64)
-    lengths = np.zeros((N, K), np.int64)
-    np.add.at(scores, (cols[learn], ordinal[learn]), np.asarray(x.batch["reward"])[learn])
-    np.add.at(lengths, (cols[learn], ordinal[learn]), 1)
-    counted = how == 1
-    adv, signal = group_advantages(scores, counted, G, x.params.std_normalize)
-    answered = counted.reshape(N // G, -1, K).sum(1) > 0
-    got = counted.any()
-    stats = {
-        "grpo/reward_mean": float(scores[counted].mean()) if got else 0.0,
-        "grpo/reward_std": float(scores[counted].std()) if got else 0.0,
-        "grpo/response_length": float(lengths[counted].mean()) if got else 0.0,
-        "grpo/responses": float(counted.sum()),
-        "grpo/dropped": float((how == 2).sum()),
-        "grpo/no_signal_groups": float(1.0 - signal[answered].mean())
-        if answered.any() else 0.0}
-    step_adv = np.where(learn, adv[cols, ordinal], 0.0).astype(np.float32)
-    zeros = np.zeros_like(step_adv)
-    return Advantages(step_adv, zeros, zeros, stats)
-
-
 # -- policy losses: per-step loss [B] and the ratio [B]
 
-PolicyLoss = Callable[[Tensor, Tensor, Tensor, float, float], tuple[Tensor, Tensor]]
+PolicyLoss = Callable[[Tensor, Tensor, Tensor, float, float, float], tuple[Tensor, Tensor]]
 POLICY_LOSSES: dict[str, PolicyLoss] = {}
 register_policy_loss = _registrar(POLICY_LOSSES, "policy loss")
 
 
 @register_policy_loss("clipped")
 def clipped_surrogate(new_logp: Tensor, old_logp: Tensor, adv: Tensor,
-                      clip_low: float, clip_high: float) -> tuple[Tensor, Tensor]:
-    """Per-step PPO policy loss with the ratio clipped to [1 - low, 1 + high]; and the ratio."""
-    ratio = (new_logp - old_logp).exp()
+                      clip_low: float, clip_high: float, clip_c: float = 0.0
+                      ) -> tuple[Tensor, Tensor]:
+    """Per-step PPO policy loss with the ratio clipped to [1 - low, 1 + high]; and the
+    ratio. With `clip_c` > 1, dual-clip PPO (Ye et al. 2020) as verl's
+    `clip_ratio_c`: a negative advantage's loss is bounded by -clip_c x A, so a
+    ratio far above 1 on a bad action cannot make the loss unbounded."""
+    # a huge log-ratio (a sequence model far off its behaviour) would overflow exp
+    ratio = (new_logp - old_logp).clamp(-20.0, 20.0).exp()
     loss = torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high))
+    if clip_c > 1.0:
+        loss = torch.where(adv < 0, torch.min(loss, -adv * clip_c), loss)
     return loss, ratio
 
 
-# -- loss aggregations: per-step values [B] of a minibatch -> one scalar
+# -- loss aggregations: per-step values [B] of a minibatch -> one scalar. `horizon`
+# is the constant divisor of "seq-mean-token-sum-norm" (the others ignore it)
 
-Aggregation = Callable[[Tensor, Mapping[str, Tensor]], Tensor]
+Aggregation = Callable[[Tensor, Mapping[str, Tensor], float], Tensor]
 AGGREGATIONS: dict[str, Aggregation] = {}
 register_aggregation = _registrar(AGGREGATIONS, "loss aggregation")
 
 
 @register_aggregation("token-mean", "step-mean")
-def token_mean(per_step: Tensor, mb: Mapping[str, Tensor]) -> Tensor:
+def token_mean(per_step: Tensor, mb: Mapping[str, Tensor], horizon: float = 1.0) -> Tensor:
     """The mean over every step (token) of the minibatch."""
     return per_step.mean()
 
@@ -216,36 +172,93 @@ def _group_sums(per_step: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
     return sums.index_add_(0, inv, per_step), inv
 
 
+def _group_means(per_step: Tensor, key: Tensor) -> Tensor:
+    sums, inv = _group_sums(per_step, key)
+    counts = torch.zeros_like(sums).index_add_(0, inv, torch.ones_like(per_step))
+    return sums / counts
+
+
 @register_aggregation("seq-mean-token-sum")
-def seq_mean_token_sum(per_step: Tensor, mb: Mapping[str, Tensor]) -> Tensor:
+def seq_mean_token_sum(per_step: Tensor, mb: Mapping[str, Tensor],
+                       horizon: float = 1.0) -> Tensor:
     """Sum over each response's (episode's) steps, mean over the responses."""
     return _group_sums(per_step, mb["seq"])[0].mean()
 
 
+@register_aggregation("seq-mean-token-mean")
+def seq_mean_token_mean(per_step: Tensor, mb: Mapping[str, Tensor],
+                        horizon: float = 1.0) -> Tensor:
+    """Mean over each response's steps, then over the responses: every response
+    weighs the same whatever its length (the original GRPO's)."""
+    return _group_means(per_step, mb["seq"]).mean()
+
+
+@register_aggregation("seq-mean-token-sum-norm")
+def seq_mean_token_sum_norm(per_step: Tensor, mb: Mapping[str, Tensor],
+                            horizon: float = 1.0) -> Tensor:
+    """Each response's token sum over a constant `horizon` (the longest response,
+    or `loss_scale_factor`), mean over the responses: Dr. GRPO's (Liu et al. 2025)
+    length-unbiased aggregation."""
+    return _group_sums(per_step, mb["seq"])[0].mean() / max(horizon, 1.0)
+
+
 @register_aggregation("fragment-mean")
-def fragment_mean(per_step: Tensor, mb: Mapping[str, Tensor]) -> Tensor:
+def fragment_mean(per_step: Tensor, mb: Mapping[str, Tensor], horizon: float = 1.0) -> Tensor:
     """Mean over columns (one env's steps within one fragment) of each column's mean."""
-    sums, inv = _group_sums(per_step, mb["column"])
-    counts = torch.zeros_like(sums).index_add_(0, inv, torch.ones_like(per_step))
-    return (sums / counts).mean()
+    return _group_means(per_step, mb["column"]).mean()
 
 
-# -- KL estimators: per-token KL(pi || pi_ref) from log pi(a) and log pi_ref(a), a ~ pi
+# -- KL estimators: per-token KL(pi || pi_ref) from log pi(a) and log pi_ref(a), a ~ pi;
+# verl's names beside Schulman's
 
 KLEstimator = Callable[[Tensor, Tensor], Tensor]
 KL_ESTIMATORS: dict[str, KLEstimator] = {}
 register_kl = _registrar(KL_ESTIMATORS, "KL estimator")
 
 
-@register_kl("k1")
+@register_kl("k1", "kl")
 def kl_k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """log pi(a) - log pi_ref(a): unbiased, may be negative, high variance."""
     return logp - ref_logp
 
 
-@register_kl("k3")
+@register_kl("abs")
+def kl_abs(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """|log pi(a) - log pi_ref(a)|: never negative, biased."""
+    return (logp - ref_logp).abs()
+
+
+@register_kl("k2", "mse")
+def kl_k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """(log pi(a) - log pi_ref(a))^2 / 2: never negative, low variance, biased."""
+    return 0.5 * (logp - ref_logp).square()
+
+
+@register_kl("k3", "low_var_kl")
 def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """r - log r - 1 with r = pi_ref(a) / pi(a): unbiased, never negative, low
-    variance (Schulman, "Approximating KL divergence", 2020)."""
+    variance (Schulman, "Approximating KL divergence", 2020); clamped to [-10, 10]
+    as verl's low_var_kl is, so one token far off the reference cannot dominate."""
     d = (ref_logp - logp).clamp(-20.0, 20.0)  # exp of a huge ratio would overflow
-    return d.exp() - d - 1.0
+    return (d.exp() - d - 1.0).clamp(-10.0, 10.0)
+
+
+# -- KL coefficients: fixed, or adapted towards a target KL (Ziegler et al. 2019)
+
+
+@dataclass
+class KLController:
+    """The KL term's coefficient: `kind` "fixed" keeps `value`; "adaptive" moves it
+    after each update by 1 + clip(kl / target - 1, -0.2, 0.2) x n / horizon, n the
+    responses (or steps) learned from, as verl's AdaptiveKLController."""
+
+    value: float
+    kind: str = "fixed"
+    target: float = 0.1
+    horizon: float = 10000.0
+
+    def update(self, kl: float, n: int) -> None:
+        if self.kind == "adaptive" and self.target > 0:
+            err = float(np.clip(kl / self.target - 1.0, -0.2, 0.2))
+            self.value *= 1.0 + err * n / self.horizon
+

@@ -7,11 +7,12 @@ Each is a job-file switch, so an ablation is one flag."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
-from ..batch import bootstrap
+from ..batch import bootstrap, steps
+from .base import FragmentFilter
 from .core import compute_gae, fragment_mean
 from .ppo import PPO, Recipe
 
@@ -24,9 +25,11 @@ class DAPO(PPO):
     name = "dapo"
     recipe = Recipe(decoupled_clip=True)
 
-    def fragment_filter(self) -> Callable[[Mapping[str, np.ndarray]], bool] | None:
+    def fragment_filter(self) -> FragmentFilter | None:
         """Dynamic sampling: drop fragments that carry no learning signal."""
-        return self.informative if self.params.dynamic_sampling else None
+        if not self.params.dynamic_sampling:
+            return None
+        return lambda f: (f, steps(f)) if self.informative(f) else None
 
     def informative(self, frag: Mapping[str, np.ndarray]) -> bool:
         """False when every valid step's advantage is within `dynamic_tolerance` of 0."""

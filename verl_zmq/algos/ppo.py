@@ -32,11 +32,14 @@ from .core import (
     KL_ESTIMATORS,
     POLICY_LOSSES,
     AdvantageInput,
+    KLController,
     clipped_surrogate,
     compute_gae,
     lookup,
 )
+from .grouped import response_minibatches, sequence_horizon
 from .recurrence import Passed, act_recurrent, cut_sequences, sequence_pass
+from .reference import reference_logp
 
 __all__ = ["PPO", "Recipe", "clipped_surrogate", "compute_gae"]
 
@@ -72,13 +75,20 @@ class PPO(Algorithm):
         super().__init__(job, spec, device, **kw)
         p, r = self.params, self.recipe
         self.progress = 0.0  # of the update running now: schedules read it
-        self.advantage_fn = lookup(ADVANTAGE_ESTIMATORS, r.advantage or (
-            "vtrace" if p.vtrace else "gae"), "algorithm.params.vtrace")
+        self.advantage_fn = lookup(ADVANTAGE_ESTIMATORS, getattr(p, "adv_estimator", None)
+                                   or r.advantage or ("vtrace" if p.vtrace else "gae"),
+                                   "algorithm.params.adv_estimator")
         self.policy_loss_fn = lookup(POLICY_LOSSES, r.policy_loss, "algorithm.policy_loss")
         self.aggregate = lookup(AGGREGATIONS, p.loss_agg, "algorithm.params.loss_agg")
         self.kl_fn = lookup(KL_ESTIMATORS, p.kl_estimator, "algorithm.params.kl_estimator")
         # sequence tasks: a sampler's env answers each prompt group_size times
         self.group_size = int(job.environment.kwargs.get("group_size", 1))
+        self.max_response = sequence_horizon(job)
+        # the constant divisor of "seq-mean-token-sum-norm"
+        self.horizon = float(p.loss_scale_factor or self.max_response
+                             or job.sampling.fragment_length)
+        self.kl_ctl = KLController(p.kl_coef, p.kl_ctrl, p.kl_target, p.kl_horizon)
+        self.filter_stats: dict[str, float] = {}  # what a fragment filter counted
         self.net = actor_critic(spec, job.algorithm.policy).to(self.device)
         self.leaves = spec.leaves
         # recurrent policies learn on sequences of `chunk` steps (a fragment's, or a
@@ -137,6 +147,13 @@ class PPO(Algorithm):
     def _sequence_pass(self, batch: Arrays) -> Passed:
         return sequence_pass(self.net, batch, self.leaves, self.chunk, self.device)
 
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "kl_coef": self.kl_ctl.value}  # adapted, or fixed
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.kl_ctl.value = float(state.get("kl_coef", self.kl_ctl.value))
+
     # -- learning ---------------------------------------------------------------
 
     def clip(self) -> tuple[float, float]:
@@ -161,22 +178,6 @@ class PPO(Algorithm):
             boot = self.net.value(self._flat_obs(batch, "bootstrap_"))
         return logp.cpu().numpy(), value.cpu().numpy(), boot.cpu().numpy()
 
-    def _ref_logp(self, batch: Arrays, seq: np.ndarray) -> np.ndarray:
-        """The reference policy's log pi_ref(a_t|x_t), [T, N] (0 where invalid)."""
-        assert self.ref is not None
-        T, N = batch["reward"].shape
-        mask = np.asarray(batch["valid"], bool).reshape(-1)
-        out = np.zeros(T * N, np.float32)
-        if mask.any():
-            act = np.asarray(batch["action"]).reshape(T * N, *np.shape(batch["action"])[2:])
-            with torch.no_grad():
-                keep = torch.as_tensor(mask, device=self.device)
-                o = obs_apply(self._flat_obs(batch), lambda x: x[keep])
-                a = torch.as_tensor(act[mask], device=self.device)
-                s = torch.as_tensor(seq.reshape(-1)[mask], device=self.device)
-                out[mask] = self.ref.log_prob(self.ref.dist(o, s), a).cpu().numpy()
-        return out.reshape(T, N)
-
     def prepare(self, batch: Arrays, columns: dict[str, np.ndarray] | None = None
                 ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """Advantages and returns, then [T, N] flattened to the steps learned from, as
@@ -195,14 +196,16 @@ class PPO(Algorithm):
         # each step's episode (its column's k-th): a sequence model takes one pass each
         columns = {**(columns or {}), "seq": np.arange(N) * how.shape[1] + ordinal}
         if self.ref is not None:
-            ref = self._ref_logp(batch, columns["seq"])
+            ref = reference_logp(self.ref, batch, self._flat_obs(batch), columns["seq"],
+                                 self.device)
             k1 = np.where(valid, batch["logp"] - ref, 0.0).astype(np.float32)
             self.kl_ref = float(k1.sum() / max(1, valid.sum()))
             if self.params.kl_in == "reward":
-                batch = {**batch, "reward": batch["reward"] - self.params.kl_coef * k1}
+                batch = {**batch, "reward": batch["reward"] - self.kl_ctl.value * k1}
             columns["ref_logp"] = ref
         est = self.advantage_fn(AdvantageInput(batch, self.params, lambda: self._now(batch),
-                                               ordinal, how, self.group_size))
+                                               ordinal, how, self.group_size,
+                                               self.max_response))
         if self.recurrent:
             return self._sequences(batch, est, columns), est.stats
         mask = valid.reshape(-1)
@@ -255,9 +258,9 @@ class PPO(Algorithm):
         p = self.params
         if self.ref is None or p.kl_in != "loss":
             return torch.zeros((), device=self.device)
-        kl = self.aggregate(self.kl_fn(new_logp, mb["ref_logp"]), mb)
-        stats["losses/kl_ref"] = kl.detach()
-        out: torch.Tensor = p.kl_coef * kl
+        kl = self.aggregate(self.kl_fn(new_logp, mb["ref_logp"]), mb, self.horizon)
+        stats["losses/kl_ref"] = stats["actor/kl_loss"] = kl.detach()
+        out: torch.Tensor = self.kl_ctl.value * kl
         return out
 
     def loss(self, mb: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -268,8 +271,8 @@ class PPO(Algorithm):
         if critic and p.normalize_advantage and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         low, high = self.clip()
-        pg, ratio = self.policy_loss_fn(new_logp, mb["logp"], adv, low, high)
-        pg_loss = self.aggregate(pg, mb)
+        pg, ratio = self.policy_loss_fn(new_logp, mb["logp"], adv, low, high, p.clip_ratio_c)
+        pg_loss = self.aggregate(pg, mb, self.horizon)
         stats: dict[str, Any] = {}
         loss = pg_loss
         if critic:
@@ -286,10 +289,15 @@ class PPO(Algorithm):
         loss = loss - p.ent_coef * entropy + self.kl_term(new_logp, mb, stats)
         with torch.no_grad():
             log_ratio = new_logp - mb["logp"]
+            clipped = ((ratio < 1 - low) | (ratio > 1 + high)).float().mean()
             stats |= {"losses/policy_loss": pg_loss, "losses/entropy": entropy,
                       "losses/approx_kl": ((ratio - 1) - log_ratio).mean(),
-                      "losses/clip_fraction":
-                          ((ratio < 1 - low) | (ratio > 1 + high)).float().mean()}
+                      "losses/clip_fraction": clipped}
+            if self.recipe.whole_responses:  # post-training: verl's names beside ours
+                stats |= {"actor/pg_clipfrac": clipped, "actor/ppo_kl": -log_ratio.mean()}
+            if p.clip_ratio_c > 1.0:
+                stats["actor/pg_clipfrac_lower"] = ((adv < 0) & (ratio > p.clip_ratio_c)
+                                                    ).float().mean()
         return loss, stats
 
     def _minibatches(self, n: int, mbs: int, seq: torch.Tensor) -> list[torch.Tensor]:
@@ -334,7 +342,12 @@ class PPO(Algorithm):
         out["charts/batch_steps"] = float(data["valid"].sum()) if self.recurrent else float(n)
         if self.ref is not None:
             out["charts/kl_ref"] = self.kl_ref
+            out["actor/kl_coef"] = self.kl_ctl.value
+            # adapted after the update, on the batch's KL to the reference: verl counts
+            # its batch in responses, where a batch is of responses
+            self.kl_ctl.update(self.kl_ref, int(estimated.get("grpo/responses", n)))
         out.update(estimated)
+        out.update(self.filter_stats)
         return Learned(out)
 
     def _epochs(self, data: dict[str, torch.Tensor], at: Progress,
@@ -379,20 +392,6 @@ class PPO(Algorithm):
         stats["losses/bc_loss"] = bc_loss.detach()
         stats["charts/bc_weight"] = w
         return w * bc_loss
-
-
-def response_minibatches(seq: torch.Tensor, n: int, mbs: int) -> list[torch.Tensor]:
-    """Minibatch indices over `n` steps of whole responses (`seq`: each step's
-    response), shuffled, about `mbs` steps each."""
-    ids, inv = torch.unique(seq, return_inverse=True)
-    order = torch.randperm(len(ids), device=seq.device)
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(len(ids), device=seq.device)
-    by_response = torch.argsort(rank[inv], stable=True)  # steps, responses shuffled
-    per = max(1, round(len(ids) * mbs / max(n, 1)))  # responses per minibatch
-    cuts = torch.searchsorted(rank[inv][by_response],
-                              torch.arange(per, len(ids), per, device=seq.device))
-    return [c for c in torch.tensor_split(by_response, cuts.cpu()) if len(c)]
 
 
 ALGORITHM = PPO

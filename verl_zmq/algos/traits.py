@@ -31,8 +31,9 @@ class Traits:
     # fragments hold whole groups (seq/env.py)
     grouped: bool = False
     encoders: bool = False  # a convolutional encoder may come first (image observations)
-    # may drop fragments before an update and draw more (DAPO's dynamic sampling,
-    # `params.dynamic_sampling`, up to `params.max_fill_batches` batches)
+    # may drop fragments (or groups) before an update and draw more (DAPO's dynamic
+    # sampling, `params.dynamic_sampling`; GRPO's `params.filter_groups`), up to
+    # `params.max_fill_batches` batches
     filters_fragments: bool = False
     n_step: bool = False  # n-step returns (`params.n_step`) in the shards' transitions
 
@@ -48,7 +49,8 @@ TRAITS: dict[str, Traits] = {
                    learns_from_demos=True, numpy_actor="pg", encoders=True,
                    filters_fragments=True, recurrent=True),
     # no critic: advantages from the rewards of a prompt's group of responses
-    "grpo": Traits(on_policy=True, extras=("logp",), actions=("discrete",), grouped=True),
+    "grpo": Traits(on_policy=True, extras=("logp",), actions=("discrete",), grouped=True,
+                   filters_fragments=True),
     # Q(s, a) and max_a Q(s, a) at acting time: initial priorities (Ape-X)
     "dqn": Traits(on_policy=False, extras=("q_taken", "q_max"), numpy_actor="q",
                   actions=("discrete",), dueling=True, encoders=True, n_step=True),
@@ -62,8 +64,9 @@ SPACE_NAMES = {"discrete": "Discrete", "box": "Box", "multidiscrete": "MultiDisc
 
 def filters_fragments(job: Any) -> bool:
     """Whether the job's learner may drop fragments before an update (and draw more)."""
+    p = job.algorithm.params
     return bool(traits(job.algorithm.name).filters_fragments
-                and job.algorithm.params.dynamic_sampling)
+                and (getattr(p, "dynamic_sampling", False) or getattr(p, "filter_groups", False)))
 
 
 def fill_batches(job: Any) -> int:

@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 # the names algos/core.py registers (tests/test_algos_core.py keeps them equal)
-LossAgg = Literal["token-mean", "step-mean", "seq-mean-token-sum", "fragment-mean"]
-KLEstimator = Literal["k1", "k3"]
+LossAgg = Literal["token-mean", "step-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                  "seq-mean-token-sum-norm", "fragment-mean"]
+KLEstimator = Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"]
+# the advantage estimators a critic-free (grouped) learner may name
+GroupEstimator = Literal["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"]
 
 @dataclass(frozen=True)
 class PPOParams:
@@ -34,11 +37,22 @@ class PPOParams:
     vtrace_c_bar: float = 1.0  # truncation of the trace-cutting coefficients
     # KL to a frozen reference policy (the initial one, `algorithm.init_from`'s): 0 is off
     kl_coef: float = 0.0
-    kl_estimator: KLEstimator = "k1"  # k1: log(pi/ref); k3: ref/pi - log(ref/pi) - 1
+    # k1 (= kl): log(pi/ref); k2 (= mse): its square / 2; k3 (= low_var_kl):
+    # ref/pi - log(ref/pi) - 1, clamped to 10; abs: |log(pi/ref)|
+    kl_estimator: KLEstimator = "k1"
     kl_in: Literal["reward", "loss"] = "reward"  # a per-token penalty, or a loss term
+    # the coefficient fixed, or "adaptive": moved towards `kl_target` over `kl_horizon`
+    # responses (steps) as verl's kl_ctrl
+    kl_ctrl: Literal["fixed", "adaptive"] = "fixed"
+    kl_target: float = 0.1
+    kl_horizon: float = 10000.0
     # how per-step losses become one (algos/core.py's aggregations): "token-mean" (=
-    # "step-mean"), "seq-mean-token-sum" (per episode/response), "fragment-mean"
+    # "step-mean"), "seq-mean-token-sum", "seq-mean-token-mean" (per episode or
+    # response), "seq-mean-token-sum-norm" (sums over `loss_scale_factor`, 0: the
+    # longest response or the fragment length), "fragment-mean"
     loss_agg: LossAgg = "token-mean"
+    loss_scale_factor: float = 0.0
+    clip_ratio_c: float = 0.0  # > 1: dual-clip PPO's bound on negative advantages (verl: 3)
     # recurrent policies: the steps of one training sequence (a chunk of a fragment,
     # which starts from the state its sampler shipped); 0: the whole fragment
     recurrence: int = 0
@@ -110,6 +124,18 @@ class GRPOParams(PPOParams):
     loss_agg: LossAgg = "token-mean"
     kl_estimator: KLEstimator = "k3"
     kl_in: Literal["reward", "loss"] = "loss"
+    # verl's adv_estimator: group-normalised (grpo), leave-one-out (rloo), or
+    # REINFORCE++ (per-token returns whitened over the batch; _baseline: less the
+    # group's mean first)
+    adv_estimator: GroupEstimator = "grpo"
+    # verl's DAPO recipe: drop groups whose scores are all equal and draw more
+    # fragments until the batch is full (at most `max_fill_batches` draws) ...
+    filter_groups: bool = False
+    max_fill_batches: int = 4
+    # ... and punish responses longer than max_response - overlong_buffer_len
+    # tokens, linearly down to -overlong_penalty_factor at max_response (0: off)
+    overlong_buffer_len: int = 0
+    overlong_penalty_factor: float = 1.0
 
 
 ALGO_PARAMS: dict[str, type] = {

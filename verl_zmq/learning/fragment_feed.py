@@ -25,7 +25,7 @@ from .links import Link, ShardAddress, ShardLinks
 from .state import FeedConfig, LinkConfig, TrainState
 
 if TYPE_CHECKING:  # torch stays out of the feeds' imports
-    from ..algos.base import Learned
+    from ..algos.base import FragmentFilter, Learned
 
 Arrays = Mapping[str, np.ndarray]
 
@@ -35,7 +35,7 @@ class FragmentFeed:
     `state` (the version, for policy lag) and writes none of it."""
 
     def __init__(self, links: LinkConfig, state: TrainState, layout: fragments.Layout,
-                 cfg: FeedConfig, keep: Callable[[Arrays], bool] | None = None,
+                 cfg: FeedConfig, keep: FragmentFilter | None = None,
                  observe: Callable[[Arrays], None] | None = None):
         self.links = ShardLinks(links, on_message=self._on)
         self.state, self.layout, self.cfg = state, layout, cfg
@@ -133,9 +133,9 @@ class FragmentFeed:
             frags = await self._take()
         if self.keep is None:
             return self.layout.concat(frags)
-        kept = [f for f in frags if self.keep(f)]
+        kept = self._filter(frags)
         drawn, draws = len(frags), 1
-        while sum(map(fragments.steps, kept)) < self.cfg.batch_size \
+        while sum(n for _, n in kept) < self.cfg.batch_size \
                 and draws < self.cfg.max_fills:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.cfg.fill_timeout_s):
@@ -145,9 +145,13 @@ class FragmentFeed:
                 break
             draws += 1
             drawn += len(more)
-            kept += [f for f in more if self.keep(f)]
+            kept += self._filter(more)
         self.filtered += drawn - len(kept)
-        return self.layout.concat(kept) if kept else None
+        return self.layout.concat([f for f, _ in kept]) if kept else None
+
+    def _filter(self, frags: list[Arrays]) -> list[tuple[Arrays, int]]:
+        assert self.keep is not None
+        return [k for k in map(self.keep, frags) if k is not None]
 
     async def done(self, learned: Learned | None) -> None:
         """Fragments' credits went back as they were taken: nothing to return."""

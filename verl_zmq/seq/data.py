@@ -1,0 +1,149 @@
+"""Prompt files in verl's columns: parquet (pyarrow, the `llm` extra) or JSON
+lines, one record per row:
+
+    data_source   str                          which scorer, and the metrics' group
+    prompt        [{"role": ..., "content": ...}, ...]   a chat
+    ability       str                          (optional)
+    reward_model  {"style": "rule", "ground_truth": ...}
+    extra_info    {...}                        (optional; passed to the scorer)
+
+A bad row is a `DataError` that names the file, the row and the column. The
+chat is made a prompt string with the tokenizer's chat template (generation
+prompt added) where it has one, else with a plain built-in one. Each epoch
+deals every prompt once across the samplers (`epoch_share`). Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DataError", "PromptRecord", "chat_prompt", "epoch_share", "fit_prompt",
+           "read_prompts"]
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+class DataError(ValueError):
+    """A prompt file that cannot be read as verl's columns (file, row, column named)."""
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    """One row of a prompt file (see the module)."""
+
+    data_source: str
+    messages: tuple[tuple[str, str], ...]  # (role, content)
+    ground_truth: str
+    ability: str = ""
+    extra_info: dict[str, Any] = field(default_factory=dict)
+    row: int = 0
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise DataError(f"{path}: reading parquet needs pyarrow "
+                            f"(pip install 'verl-zmq[llm]'), or give a .jsonl file") from None
+        try:
+            rows: list[dict[str, Any]] = pq.read_table(path).to_pylist()
+        except Exception as e:  # pyarrow raises its own kinds on a bad file
+            raise DataError(f"{path}: not a readable parquet file: {e}") from None
+        return rows
+    if path.suffix in (".jsonl", ".json"):
+        out = []
+        with open(path, encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                if not line.strip():
+                    continue
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path}: row {i}: not JSON: {e.msg}") from None
+        return out
+    raise DataError(f"{path}: expected a .parquet or .jsonl file")
+
+
+def _record(path: Path, i: int, row: Any) -> PromptRecord:
+    def bad(column: str, expected: str) -> DataError:
+        return DataError(f"{path}: row {i}: column {column!r}: expected {expected}")
+
+    if not isinstance(row, dict):
+        raise DataError(f"{path}: row {i}: expected a record (a JSON object)")
+    source = row.get("data_source")
+    if not isinstance(source, str) or not source:
+        raise bad("data_source", "a non-empty string")
+    chat = row.get("prompt")
+    if isinstance(chat, str):  # a bare prompt: one user turn
+        chat = [{"role": "user", "content": chat}]
+    if not isinstance(chat, list | tuple) or not chat:
+        raise bad("prompt", "a non-empty list of {role, content} messages")
+    messages = []
+    for m in chat:
+        if not (isinstance(m, dict) and m.get("role") in ROLES
+                and isinstance(m.get("content"), str)):
+            raise bad("prompt", f"messages with a role ({', '.join(ROLES)}) and a string "
+                                f"content, got {str(m)[:60]}")
+        messages.append((m["role"], m["content"]))
+    rm = row.get("reward_model")
+    if not isinstance(rm, dict) or rm.get("ground_truth") is None:
+        raise bad("reward_model", "a record with a ground_truth")
+    extra = row.get("extra_info") or {}
+    if not isinstance(extra, dict):
+        raise bad("extra_info", "a record")
+    return PromptRecord(source, tuple(messages), str(rm["ground_truth"]),
+                        str(row.get("ability") or ""), extra, i)
+
+
+def read_prompts(path: str | Path) -> list[PromptRecord]:
+    """Every record of a prompt file; a DataError on the first bad row."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"{p}: no such file")
+    records = [_record(p, i, row) for i, row in enumerate(_rows(p))]
+    if not records:
+        raise DataError(f"{p}: no records")
+    return records
+
+
+def chat_prompt(messages: Sequence[tuple[str, str]], tokenizer: Any = None) -> str:
+    """The prompt string of a chat, ending where the assistant's answer begins: the
+    tokenizer's chat template (with the generation prompt) where it has one, else
+    one line per turn, `<|role|>content`, then `<|assistant|>`."""
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        text: str = tokenizer.apply_chat_template(
+            [{"role": r, "content": c} for r, c in messages], tokenize=False,
+            add_generation_prompt=True)
+        return text
+    return "".join(f"<|{r}|>{c}\n" for r, c in messages) + "<|assistant|>"
+
+
+def fit_prompt(ids: Sequence[int], max_len: int, truncation: str, where: str) -> list[int]:
+    """A prompt's token ids within `max_len`: "error" refuses a longer one (naming
+    `where`, the file and row), "left" keeps its end, "right" its start."""
+    if len(ids) <= max_len:
+        return list(ids)
+    if truncation == "left":
+        return list(ids[len(ids) - max_len:])
+    if truncation == "right":
+        return list(ids[:max_len])
+    if truncation == "error":
+        raise DataError(f"{where}: the prompt is {len(ids)} tokens, over max_prompt_length "
+                        f"{max_len} (truncation = \"left\" or \"right\" cuts it)")
+    raise ValueError(f"truncation {truncation!r}: expected error, left or right")
+
+
+def epoch_share(n: int, epoch: int, worker: int, workers: int, seed: int = 0) -> np.ndarray:
+    """The prompt indices sampler `worker` of `workers` serves in `epoch`: one
+    shuffle per epoch (the same on every sampler: seeded by the job's seed and the
+    epoch) dealt round-robin, so every prompt is served once per epoch."""
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    share: np.ndarray = order[worker::workers]
+    return share

@@ -52,7 +52,7 @@ def kubernetes(job_path: str, overrides, out_dir: str | None, apply_k8s: bool) -
     except ConfigError as e:
         _bad(str(e))
     keys = None
-    if curve_enabled(job.security.curve, ["k8s"]):
+    if curve_enabled(job.security.curve):
         k = CurveKeys.generate()
         keys = {"public": k.public, "secret": k.secret}
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="verl-k8s-"))

@@ -182,13 +182,20 @@ def run(job: Job, source: str, rd: Path, plan: Plan, verbose: bool = False,
     job_text = dumps_job(job)
     rd, stream = _prepare_run_folder(rd, job_text, plan)
     keys = None
-    if curve_enabled(job.security.curve, [h.address for h in plan.hosts]):
+    if curve_enabled(job.security.curve):
         k = CurveKeys.generate()
         keys = {"public": k.public, "secret": k.secret}
+        # readable by its owner only: a role started by hand joins with --keys FILE
+        k.save(rd / "keys.json")
     term = Terminal(console, verbose)
     log = setup_logging("launcher", "launcher", stream=stream, echo=term.launcher_event)
     if keys is not None:  # the public half only: it names the job's key, it opens nothing
-        log.info("curve_enabled", public_key=keys["public"])
+        log.info("curve_enabled", public_key=keys["public"], keys_file="keys.json")
+    else:
+        why = ("security.curve = false: any process that reaches the job's ports can send "
+               "it frames, and a well-formed fragment would be trained on")
+        log.warning("curve_disabled", why=why)
+        term.say(f"warning: {why}")
     threading.excepthook = thread_failed(rd / "tb", console)
     term.say(f"run folder: {rd} ({job.algorithm.name} on {job.environment.id})")
     sup = Supervisor(job, plan, rd, job_text, keys, log, terminal=term)

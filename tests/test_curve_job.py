@@ -1,11 +1,15 @@
-"""A CURVE job under a stranger: a client without the job's key connects to every
-bound socket of every role (with a key pair of its own, and in plain text) and
-sends frames; none reaches a role (no role counts a wire error, no PUB hands it
-anything), the refusals are logged, and the job trains to its target."""
+"""A local job under a stranger: CURVE is on by default, so a client without the
+job's key (another user of the machine, uid nobody, when the suite runs as root)
+connects to every bound socket of every role (with a key pair of its own, and in
+plain text) and sends frames; none reaches a role (no role counts a wire error,
+no PUB hands it anything), the stranger cannot read the run folder's keys, the
+refusals are logged, and the job trains to its target."""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 import zmq
@@ -61,10 +65,46 @@ def _attack(endpoints: list[tuple[str, str]], job_public: str,
     return out
 
 
+NOBODY = 65534
+
+
+def _as_stranger(endpoints: list[tuple[str, str]], job_public: str, keys_file) -> dict:
+    """`_attack` from another uid (nobody) when we are root, in a forked child that
+    drops its ids first (libzmq is loaded already: no interpreter of ours need be
+    readable by nobody); whether it could read the keys file. Not root: ourselves."""
+    if os.geteuid() != 0:
+        return _attack(endpoints, job_public) | {"uid": os.getuid(), "read_keys": None}
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            try:
+                keys_file.read_text()
+                read = True
+            except OSError:
+                read = False
+            out = _attack(endpoints, job_public) | {"uid": os.getuid(), "read_keys": read}
+            os.write(w, json.dumps(out).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        text = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and text, "the stranger's process failed"
+    return json.loads(text)
+
+
 @pytest.mark.timeout(600)
-def test_a_stranger_gets_nothing_into_a_curve_job(tmp_path):
+def test_a_stranger_gets_nothing_into_a_local_job(tmp_path):
     run = tmp_path / "run"
-    proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "security.curve=true",
+    proc = start_job(CONFIGS / "cartpole_ppo.toml", run,  # CURVE by default, nothing set
                      f"evaluation.stop_at_return={TARGET}", "logging.interval_s=1.0")
     try:
         def endpoints():
@@ -79,13 +119,17 @@ def test_a_stranger_gets_nothing_into_a_curve_job(tmp_path):
         eps = wait_for(endpoints, 120, what="every role bound")
         public = [e["public_key"] for e in read_events(run / "logs" / "launcher.jsonl")
                   if e.get("event") == "curve_enabled"][0]
-        got = _attack([(k.split(":")[1], ep) for k, ep in eps.items()], public)
+        assert stat.S_IMODE((run / "keys.json").stat().st_mode) == 0o600
+        got = _as_stranger([(k.split(":")[1], ep) for k, ep in eps.items()], public,
+                           run / "keys.json")
         _, err = proc.communicate(timeout=500)
     finally:
         kill_tree(proc)
     assert proc.returncode == 0, err[-2000:]
     assert got["sockets"] == 2 * len(eps)  # every endpoint, with a key and in plain text
     assert got["sent"] == 0 and got["received"] == 0, got
+    if os.geteuid() == 0:
+        assert got["uid"] == NOBODY and got["read_keys"] is False, got
     summary = json.loads((run / "summary.json").read_text())
     assert summary["best_eval_return"] >= TARGET
     denied = {p.stem for p in (run / "logs").glob("*.jsonl")

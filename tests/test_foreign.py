@@ -30,13 +30,15 @@ def test_job_with_a_foreign_sampler_reaches_its_target(tmp_path):
                     f"evaluation.stop_at_return={TARGET}")
     foreign = None
     try:
-        wait_for(lambda: (run / "plan.json").exists() and (run / "job.toml").exists(), 60,
+        wait_for(lambda: all((run / f).exists() for f in ("plan.json", "job.toml", "keys.json")),
+                 60,
                  what="the run folder")
         registry = json.loads((run / "plan.json").read_text())["registry"]
         with open(tmp_path / "foreign.jsonl", "w") as out:
             foreign = subprocess.Popen(
                 [PY, str(ROOT / "tools" / "foreign_sampler.py"), "--job", str(run / "job.toml"),
-                 "--registry", registry, "--id", "sampler-foreign"],
+                 "--registry", registry, "--id", "sampler-foreign",
+                 "--keys", str(run / "keys.json")],
                 cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True,
                 start_new_session=True)
         _, err = job.communicate(timeout=500)

@@ -118,8 +118,10 @@ class Policy:
 class ForeignSampler:
     """Registers, heartbeats, follows membership, acts, ships fragments."""
 
-    def __init__(self, job: dict, registry: str, member_id: str, group: str):
+    def __init__(self, job: dict, registry: str, member_id: str, group: str,
+                 keys: dict | None = None):
         self.job, self.id, self.group = job, member_id, group
+        self.keys = keys  # the job's CURVE key pair (z85), when its sockets use CURVE
         launch = job.get("launch", {})
         self.hb = float(launch.get("heartbeat_interval_s", 1.0))
         self.liveness = int(launch.get("heartbeat_liveness", 3))
@@ -131,7 +133,7 @@ class ForeignSampler:
         self.sub = self.ctx.socket(zmq.SUB)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         for s in (self.push, self.sub):
-            s.setsockopt(zmq.LINGER, 0)
+            self._secure(s)
         self.push.setsockopt(zmq.SNDHWM, 2)
         self.connected: dict[str, str] = {}
         self.incarnation = time.time_ns() // 1000
@@ -140,6 +142,14 @@ class ForeignSampler:
         self.policy = Policy(job.get("algorithm", {}).get("policy", {}).get("activation",
                                                                              "tanh"))
         self.sent = 0
+
+    def _secure(self, sock) -> None:
+        """No linger; with the job's keys, a CURVE client of the job's servers (every
+        socket of a job holds the one key pair)."""
+        sock.setsockopt(zmq.LINGER, 0)
+        if self.keys:
+            pub, sec = self.keys["public"].encode(), self.keys["secret"].encode()
+            sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = pub, pub, sec
 
     def member(self) -> dict:
         index = int(self.id.rsplit("-", 1)[-1]) if self.id.rsplit("-", 1)[-1].isdigit() else 0
@@ -161,7 +171,7 @@ class ForeignSampler:
         if self.reg is not None:
             self.reg.close(0)
         self.reg = self.ctx.socket(zmq.DEALER)
-        self.reg.setsockopt(zmq.LINGER, 0)
+        self._secure(self.reg)
         self.reg.connect(self.registry)
         while True:
             f = self._ask("Register", {"member": self.member()}, "RegisterReply", 5.0)
@@ -276,10 +286,15 @@ def main() -> None:
     ap.add_argument("--id", default="sampler-foreign")
     ap.add_argument("--group", default="main")
     ap.add_argument("--seconds", type=float, default=0.0, help="0: until the job ends")
+    ap.add_argument("--keys", default="", help="the run folder's keys.json (CURVE jobs)")
     args = ap.parse_args()
     with open(args.job, "rb") as f:
         job = tomllib.load(f)
-    s = ForeignSampler(job, args.registry, args.id, args.group)
+    keys = None
+    if args.keys:
+        with open(args.keys) as f:
+            keys = json.load(f)
+    s = ForeignSampler(job, args.registry, args.id, args.group, keys)
     signal.signal(signal.SIGTERM, lambda *_: setattr(s, "stop", "sigterm"))
     sampling, env = job.get("sampling", {}), job.get("environment", {})
     T, E = int(sampling.get("fragment_length", 32)), int(sampling.get("num_envs_per_worker", 2))

@@ -77,8 +77,10 @@ def wait(pred, timeout: float, step: float = 0.25):
     return poll(pred, timeout, step)
 
 
-def kill_one(r: Run, member: str, recover_s: float, await_spare: bool = True) -> dict:
-    """kill -9 `member`; wait until it is back and a new param version is out. A
+def kill_one(r: Run, member: str, recover_s: float, await_spare: bool = True,
+             sig: int = signal.SIGKILL) -> dict:
+    """kill -9 `member` (or another signal: SIGABRT, as a libzmq assertion ends a
+    process); wait until it is back and a new param version is out. A
     member that keeps a warm spare (launch.standby) is killed once its spare is up
     (at most 60 s of waiting), unless `await_spare` is off."""
     if await_spare and r.members().get(member) in ("learner", "peer"):
@@ -88,21 +90,34 @@ def kill_one(r: Run, member: str, recover_s: float, await_spare: bool = True) ->
     before = max((v for _, v in r.progress()), default=0)
     pid = r.pid(member)
     t_kill = time.time()
-    os.kill(pid, signal.SIGKILL)
+    os.kill(pid, sig)
     back = wait(lambda: [e for e in r.launcher("role_restarted")
                          if e["member"] == member and e["ts"] > t_kill], recover_s)
     restarted = bool(back)
     t_back = back[0]["ts"] if back else None
+    out: dict = {}
     if restarted and r.members().get(member) in ("learner", "peer"):
-        # back at work: the new process's first update (it may resume below `before`)
-        rec = wait(lambda: [e["ts"] for e in events(r.run / "logs" / f"{member}.jsonl")
-                            if e.get("event") == "first_update" and e["ts"] > t_kill], recover_s)
+        # back at work: the new process's first update (it may resume below `before`);
+        # the killed process's last version and env steps against the new one's first
+        log = r.run / "logs" / f"{member}.jsonl"
+        firsts = wait(lambda: [e for e in events(log)
+                               if e.get("event") == "first_update" and e["ts"] > t_kill],
+                      recover_s)
+        rec = [e["ts"] for e in firsts] if firsts else None
+        last = [e for e in events(log) if e.get("event") == "metrics" and e["ts"] < t_kill]
+        kind = r.members().get(member)
+        if last:
+            out |= {"version_before": last[-1].get(f"{kind}/policy_version"),
+                    "env_steps_before": last[-1].get(f"{kind}/env_steps")}
+        if firsts:
+            out |= {"version_after": firsts[0].get("version"),
+                    "env_steps_after": firsts[0].get("env_steps")}
     else:
         rec = wait(lambda: [t for t, v in r.progress() if t_back and t > t_back and v > before],
                    recover_s) if restarted else None
     return {"member": member, "kind": r.members().get(member, "?"), "t": t_kill,
             "restarted": restarted, "warm": bool(back and back[0].get("warm")),
-            "recover_s": (rec[0] - t_kill) if rec else None}
+            "recover_s": (rec[0] - t_kill) if rec else None, **out}
 
 
 def main() -> int:
@@ -117,6 +132,8 @@ def main() -> int:
                     help="seconds between kills, drawn uniformly")
     ap.add_argument("--recover-s", type=float, default=90.0)
     ap.add_argument("--set", dest="extra", action="append", default=[])
+    ap.add_argument("--signal", default="KILL", choices=["KILL", "ABRT", "SEGV"],
+                    help="what ends each killed role")
     ap.add_argument("--cold", action="store_true",
                     help="kill learners and peers without waiting for their warm spares")
     args = ap.parse_args()
@@ -147,16 +164,20 @@ def chaos(r: Run, args, rng: random.Random) -> int:
     schedule = [k for k in kinds for _ in range(args.rounds)]
     rng.shuffle(schedule)
     print(f"{'kind':<10}{'member':<14}{'at s':>7}{'restarted':>11}{'warm':>6}"
-          f"{'recovered in s':>16}")
+          f"{'recovered in s':>16}  version, env steps: before the kill -> first update")
     t0, rows = time.time(), []
     for kind in schedule:
         time.sleep(rng.uniform(*args.gap))
         member = rng.choice(sorted(m for m, role in r.members().items() if role == kind))
-        row = kill_one(r, member, args.recover_s, not args.cold)
+        row = kill_one(r, member, args.recover_s, not args.cold,
+                       getattr(signal, f"SIG{args.signal}"))
         rows.append(row)
         rec = f"{row['recover_s']:.1f}" if row["recover_s"] is not None else "NOT"
+        cont = (f"  {row.get('version_before')}, {row.get('env_steps_before')} -> "
+                f"{row.get('version_after')}, {row.get('env_steps_after')}"
+                if "version_after" in row else "")
         print(f"{kind:<10}{member:<14}{row['t'] - t0:>7.1f}{str(row['restarted']):>11}"
-              f"{str(row['warm']):>6}{rec:>16}", flush=True)
+              f"{str(row['warm']):>6}{rec:>16}{cont}", flush=True)
     t_done = time.time()
     best = wait(lambda: [e["eval/return_mean"] for p in (r.run / "logs").glob("evaluator-*.jsonl")
                          for e in events(p) if e.get("event") == "evaluated"

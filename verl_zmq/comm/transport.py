@@ -50,9 +50,12 @@ class CurveKeys:
     def save(self, path: str | Path) -> None:
         """Write the keys readable by their owner only."""
         path = Path(path)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an old file keeps its mode through O_CREAT
         with os.fdopen(fd, "w") as f:
             f.write(self.to_json())
+        os.replace(tmp, path)  # whole or absent: a reader never sees half a key
 
     @classmethod
     def load(cls, path: str | Path) -> CurveKeys:
@@ -66,11 +69,11 @@ class CurveKeys:
         return cls.from_json(path.read_text())
 
 
-def curve_enabled(setting: bool | str, hosts: list[str]) -> bool:
-    """`security.curve`: "auto" is on when any host is not this machine's loopback name."""
-    if setting == "auto":
-        return any(h not in ("localhost", "127.0.0.1", "::1") for h in hosts)
-    return bool(setting)
+def curve_enabled(setting: bool | str) -> bool:
+    """Whether a launched job's sockets use CURVE: `security.curve` "auto" (the
+    default) and true are on for every job, local ones too (any local process could
+    otherwise send a local job frames); false is off."""
+    return setting is not False
 
 
 def candidate_ports(lo: int, hi: int, reserved: frozenset[int] = frozenset(),

@@ -86,7 +86,12 @@ class Replay:
     samples_per_insert: float = 0.0  # 0: no replay-ratio limiter
     min_size_to_sample: int = 1_000
     error_buffer: float = 0.0
-    snapshot_interval_s: float = 0.0  # 0: snapshot only on stop
+    # a snapshot of the buffer every so often (and on stop), so a shard killed with -9
+    # comes back with what it held but one interval's inserts; 0: only on stop. A
+    # snapshot that takes long stretches the interval: writing stays under
+    # `snapshot_max_share` of the shard's time
+    snapshot_interval_s: float = 30.0  # a buffer snapshot this often; 0: only on stop
+    snapshot_max_share: float = 0.05  # of the shard's time spent writing, at most
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,11 @@ class Checkpoint:
     interval_steps: int = 50_000  # learner writes checkpoints/step_<n>.pt this often
     keep: int = 3  # step checkpoints kept (latest.pt and best.pt besides)
     min_free_mb: int = 64  # below this much free disk a periodic checkpoint is skipped; 0: off
+    # latest.pt alone (the state a restarted learner resumes from) after the first
+    # update and then every so often, so a learner killed between step checkpoints
+    # loses at most this much training; 0: off. A slow write stretches the interval:
+    # writing stays under 5% of the learner's time
+    snapshot_interval_s: float = 10.0  # latest.pt alone this often; 0: off
 
 
 @dataclass(frozen=True)
@@ -219,9 +229,11 @@ class Gossip:
 
 @dataclass(frozen=True)
 class Security:
-    """CURVE: "auto" turns it on when the plan has a host that is not local."""
+    """CURVE: "auto" (and true) is on for every job the launcher starts, local ones
+    too; false turns it off (with a warning). A role started by hand joins a CURVE
+    job with `--keys RUN_DIR/keys.json`; true makes it refuse to start without."""
 
-    curve: bool | str = "auto"
+    curve: bool | str = "auto"  # auto/true: CURVE on every launched job; false: off
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from .. import wire
 from ..algos import make_algorithm
 from ..algos.base import GradReduce, Learned, Progress
 from ..checkpoint import load as load_checkpoint
-from ..checkpoint import numpy_state, policy_state, write_checkpoint
+from ..checkpoint import numpy_state, policy_state, save_atomic, write_checkpoint
 from ..config import Job, dumps_job
 from ..envs.make import EnvSpec
 from ..files import clean_temporaries, free_mb
@@ -78,6 +78,7 @@ class Trainer:
         self.learn_s = 0.0
         self.updates_here = 0  # updates by this process (a restart counts afresh)
         self.next_ckpt = job.checkpoint.interval_steps
+        self.next_snapshot = 0.0  # monotonic time of the next latest.pt-only write
         for p in clean_temporaries(checkpoint_dir) if self.primary else []:
             log.info("temporary_removed", path=str(p))  # a killed writer's leftover
         self._resume()
@@ -167,6 +168,9 @@ class Trainer:
                 interval = self.job.checkpoint.interval_steps
                 self.next_ckpt = (self.state.env_steps // interval + 1) * interval
                 await asyncio.to_thread(self.checkpoint)
+            elif self.job.checkpoint.snapshot_interval_s > 0 \
+                    and time.monotonic() >= self.next_snapshot:
+                await asyncio.to_thread(self.snapshot)
         self._count(feed)
         feed.drain()
 
@@ -205,6 +209,31 @@ class Trainer:
             return
         self.log.info("checkpoint_saved", path=str(path), env_steps=self.state.env_steps,
                       version=self.state.version)
+
+    def snapshot(self) -> None:
+        """latest.pt alone (what a restart resumes from), between step checkpoints;
+        skipped like a checkpoint when the disk is nearly full or the write fails."""
+        interval = self.job.checkpoint.snapshot_interval_s
+        self.next_snapshot = time.monotonic() + interval
+        if not self.primary:
+            return
+        d, need = self.checkpoint_dir, self.job.checkpoint.min_free_mb
+        if need and (free := free_mb(d)) < need:
+            self.log.warning("snapshot_skipped", path=str(d), free_mb=round(free, 1),
+                             min_free_mb=need, env_steps=self.state.env_steps)
+            return
+        t0 = time.monotonic()
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            save_atomic(self._state(), d / "latest.pt")
+        except OSError as e:
+            write_failed(self.log, "snapshot_failed", d, e, "keeping the last good checkpoint")
+            return
+        took = time.monotonic() - t0
+        # a big model takes long to write: writing stays under 5% of the time
+        self.next_snapshot = time.monotonic() + max(interval, 20 * took)
+        self.log.debug("learner_snapshot", env_steps=self.state.env_steps,
+                       version=self.state.version, seconds=round(took, 3))
 
     def _resume(self) -> None:
         path = self.checkpoint_dir / "latest.pt"

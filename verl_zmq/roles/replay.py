@@ -51,6 +51,8 @@ class ReplayRole(Role):
         self.store = make_store(self.job, self.ctx.index)
         self.snapshot_dir = snapshot.snapshot_dir(self.ctx.run_dir, self.id)
         self.inserts = self.served = self.rejected = 0
+        self.snapshots, self.snapshot_s = 0, 0.0  # periodic and on stop
+        self.snapshot_inserts = 0  # `inserts` when the last snapshot was taken
         self.delay_sum = self.blocked_s = 0.0
         self.rates = Rates(inserts=0, served=0, delay=0.0)
         if self.store.persistent:
@@ -149,23 +151,38 @@ class ReplayRole(Role):
         self.log.info("replay_restored", path=str(self.snapshot_dir), size=self.store.size,
                       env_steps=self.store.env_steps, seconds=round(time.monotonic() - t0, 3))
 
-    async def _snapshot(self) -> None:
+    async def _snapshot(self) -> float:
+        """Write a snapshot; the seconds it took (0 when it failed)."""
         t0 = time.monotonic()
         state = self.store.state()  # copies, taken between two messages: consistent
+        self.snapshot_inserts = self.inserts
         try:
             path = await asyncio.to_thread(snapshot.write, self.snapshot_dir, state)
         except OSError as e:
             write_failed(self.log, "replay_snapshot_failed", self.snapshot_dir / snapshot.FILE,
                          e, "keeping the last snapshot")
-            return
+            return 0.0
+        took = time.monotonic() - t0
+        self.snapshots += 1
+        self.snapshot_s += took
         self.log.info("replay_snapshot", path=str(path), size=self.store.size,
-                      bytes=path.stat().st_size, seconds=round(time.monotonic() - t0, 3))
+                      bytes=path.stat().st_size, seconds=round(took, 3))
+        return took
 
     async def _snapshot_loop(self) -> None:
+        cfg = self.job.replay
+        wait = cfg.snapshot_interval_s
         while True:
-            await asyncio.sleep(self.job.replay.snapshot_interval_s)
-            if self.store.size:  # an empty buffer has nothing to keep
-                await self._snapshot()
+            await asyncio.sleep(wait)
+            if not self.store.size or self.inserts == self.snapshot_inserts:
+                continue  # nothing new to keep
+            took = await self._snapshot()
+            # a big buffer takes long to write: wait long enough that writing stays
+            # under its share of the shard's time
+            wait = max(cfg.snapshot_interval_s, took / max(cfg.snapshot_max_share, 1e-3))
+            if wait > cfg.snapshot_interval_s:
+                self.log.info("replay_snapshot_interval_stretched", seconds=round(wait, 1),
+                              took=round(took, 3))
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -193,7 +210,9 @@ class ReplayRole(Role):
                 "replay/serve_delay_s": round(d["delay"] / d["served"], 4)
                 if d["served"] else 0.0,
                 "replay/rejected": self.rejected,
-                "replay/blocked_s": round(self.blocked_s, 3)}
+                "replay/blocked_s": round(self.blocked_s, 3),
+                "replay/snapshots": self.snapshots,
+                "replay/snapshot_s": round(self.snapshot_s, 3)}
 
 
 ROLE = ReplayRole

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,7 @@ class Host:
     # how roles start there: "ssh", or "srun" (a node of the Slurm allocation we run in:
     # roles are job steps, so Slurm accounts, confines and cleans them up)
     via: str = "ssh"
+    node: str = ""  # the Slurm node name (srun --nodelist) where `address` is its NodeAddr
     line: int = 0
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -168,8 +170,27 @@ def slurm_hosts(env: dict | None = None) -> list[Host]:
     m = re.match(r"(\d+)", per)
     if m:
         slots = int(m.group(1))
-    return [Host(address=n, slots=slots, via="srun", line=i + 1)
-            for i, n in enumerate(expand_nodelist(spec))]
+    names = expand_nodelist(spec)
+    addr = node_addresses(names)
+    return [Host(address=addr.get(n, n), node=n, slots=slots, via="srun", line=i + 1)
+            for i, n in enumerate(names)]
+
+
+def node_addresses(names: list[str]) -> dict[str, str]:
+    """Each Slurm node's NodeAddr, what roles bind on and connect to (a node name
+    need not resolve: Slurm reaches its nodes by NodeAddr), from `scontrol`; {}
+    when it cannot answer (the names are used as they are)."""
+    try:
+        r = subprocess.run(["scontrol", "-o", "show", "node", ",".join(names)],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    out = {}
+    for line in r.stdout.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if fields.get("NodeName") and fields.get("NodeAddr"):
+            out[fields["NodeName"]] = fields["NodeAddr"]
+    return out
 
 
 def load_hosts(spec: str) -> list[Host]:

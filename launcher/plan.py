@@ -101,6 +101,13 @@ def make_plan(job: Job, hosts: list[Host]) -> Plan:
             allowed = [i for i in range(len(hosts)) if hosts[i].allows(role)]
             why = ("no host allows it (check roles=)" if not allowed
                    else "every host that allows it is full (raise slots=, or gpus=)")
+            if allowed and all(h.via == "srun" for h in hosts):
+                need = sum(_cpu(job, r) for _, r, _ in role_list(job))
+                have = sum(h.slots for h in hosts)
+                why = (f"the Slurm allocation has {have} CPUs ({len(hosts)} node(s) x "
+                       f"{hosts[0].slots}), the job's roles need {need} (one each, "
+                       f"resources.*.cpu where set): ask for {need - have} more "
+                       f"(sbatch -N / --ntasks-per-node), or run fewer roles")
             raise HostsError(f"cannot place {member_id}: {why}")
         placing = role_traits(role).placing
         if placing is Placing.SPREAD:

@@ -82,8 +82,8 @@ def srun_argv(job: Job, host: Host, p: Placement, inner: list[str]) -> list[str]
     sharing the allocation's resources with the other steps (--overlap), its stdin
     from ours (the job, then EOF to stop it), a failing step never cancelling the
     others (the launcher restarts roles itself)."""
-    argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host.address}", "--overlap",
-            "--kill-on-bad-exit=0", "--input=all", f"--job-name=verl-{p.member_id}"]
+    argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host.node or host.address}",
+            "--overlap", "--kill-on-bad-exit=0", "--input=all", f"--job-name=verl-{p.member_id}"]
     res = getattr(job.resources, p.role, None)  # the registry has no resources section
     cpus = res.cpu if res is not None else 0
     if cpus:

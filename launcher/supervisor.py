@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import sys
 import time
@@ -128,6 +129,12 @@ class Supervisor:
             if self.stopping:
                 return
             p = rp.placement
+            host = self.plan.host_of(p)
+            if host.via == "srun" and NODE_FAILURE in _last_lines(rp.err_path, 5):
+                # srun ends a step whose node died with exit code 0: it did not finish
+                if await self._move_off(rp, host):
+                    continue
+                return
             if rc == 0:
                 self.log.info("role_exited", member=p.member_id, exit_code=0)
                 if role_traits(p.role).ends_job:
@@ -136,7 +143,6 @@ class Supervisor:
             tail = _last_lines(rp.err_path, 5)
             self.log.warning("role_died", member=p.member_id, member_role=p.role, exit_code=rc,
                              restarts=rp.restarts, last_error=tail)
-            host = self.plan.host_of(p)
             if rc == SSH_LOST and host.by_ssh:  # the host went, not the role
                 if await self._host_lost(rp, host):
                     continue  # it answers again: the role was restarted there
@@ -159,6 +165,44 @@ class Supervisor:
                 self.stopping = True
                 self.wake.set()
             return
+
+    async def _move_off(self, rp: RoleProcess, host) -> bool:
+        """A Slurm node of the allocation failed under a role: the role starts again
+        as a step on the node of the allocation that is not lost and runs the fewest
+        roles (True); the registry, whose address every member holds, cannot move:
+        the job fails with a line naming the node."""
+        p = rp.placement
+        self.lost.setdefault(host.address, set()).add(p.member_id)
+        self.log.error("host_lost", host=host.address, node=host.node, member=p.member_id,
+                       member_role=p.role, error="Slurm node failure")
+        alive = [i for i, h in enumerate(self.plan.hosts)
+                 if h.via == "srun" and h.address not in self.lost]
+        if p.role == REGISTRY or not alive:
+            self.failed.append(p.member_id)
+            self.term.say(f"error: Slurm node {host.node or host.address} failed: its "
+                          f"{p.role} {p.member_id} is lost"
+                          f"{'' if alive else ' and no node of the allocation is left'}, "
+                          f"the job fails")
+            self.outcome = EXIT_FAILED
+            self.stopping = True
+            self.wake.set()
+            return False
+        load = {i: sum(1 for q in self.plan.placements if q.host == i) for i in alive}
+        moved = dataclasses.replace(p, host=min(alive, key=lambda i: (load[i], i)))
+        self.plan.placements[self.plan.placements.index(p)] = moved
+        rp.placement = moved
+        rp.argv = full_argv(self.job, self.plan, moved, self.run_dir)
+        if rp.spare_argv is not None:
+            rp.spare_argv = full_argv(self.job, self.plan, moved, self.run_dir, standby=True)
+        rp.drop_spare()  # a spare on the lost node is no spare
+        rp.restarts += 1
+        await rp.start()
+        to = self.plan.host_of(moved)
+        self.log.warning("role_moved", member=p.member_id, member_role=p.role,
+                         host=to.address, node=to.node, pid=rp.proc.pid)
+        self.term.say(f"warning: Slurm node {host.node or host.address} failed: "
+                      f"{p.member_id} restarted on {to.node or to.address}")
+        return True
 
     async def _host_lost(self, rp: RoleProcess, host) -> bool:
         """A role's SSH session ended with ssh's own failure: if its host does not
@@ -381,6 +425,9 @@ class Supervisor:
             "checkpoints_missing": missing,
             "warnings": warnings,
         }
+
+
+NODE_FAILURE = "srun: error: Node failure on"  # what srun says of a step whose node died
 
 
 def _last_lines(path: Path, n: int) -> str:

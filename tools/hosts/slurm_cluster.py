@@ -244,6 +244,19 @@ class SlurmCluster:
         self.procs.pop(f"slurmd-{self.names[node]}", None)
         self.lab.lose(node)
 
+    def boot(self, node: int, timeout_s: float = 60.0) -> None:
+        """Node `node` comes back: its link, sshd and slurmd, until Slurm has it idle
+        again (ReturnToService=2 takes back a node that registers)."""
+        self.lab.boot(node)
+        name = self.names[node]
+        self._start(f"slurmd-{name}", node, [_exe("slurmd"), "-D", "-N", name, "-f",
+                                              str(self.conf)])
+        deadline = time.monotonic() + timeout_s
+        while not self.node_states().get(name, "").startswith("idle"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} not idle again: {self.node_states()}")
+            time.sleep(0.5)
+
     def _read(self, rel: str) -> str:
         with contextlib.suppress(OSError):
             return (self.tmp / rel).read_text()[-3000:]

@@ -82,6 +82,12 @@ class SamplerRole(Role):
         learners_moved = _follow(self.sub, self.learners, learners, self.log, "learner")
         if self.pacer is not None and (shards_moved or learners_moved):
             self.pacer.reset()
+        if self.pacer is not None:
+            # the batch is shared among the samplers alive now: with one lost (its
+            # host gone) the others' shares grow, or the learner would wait for
+            # fragments no budget allows
+            self.pacer.share_among(self.job.fragments_per_batch,
+                                   len(self.group_members(SAMPLER)))
         if self.shards:
             self.shard_ready.set()
         else:

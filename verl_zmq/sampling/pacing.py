@@ -1,7 +1,9 @@
 """Pacing a sampler to its learner: ship no faster than the learner consumes.
 
 Each update consumes `ceil(batch_size / fragment_steps)` fragments from the
-group, so a sampler's fair share is that divided by the group's samplers. With
+group, so a sampler's fair share is that divided by the group's samplers: those
+the registry lists now (a sampler lost with its host leaves its share to the
+others). With
 `sampling.lead_updates = k` a sampler may ship its share for the updates its
 learner has made (as the params it hears say: `Params.updates`, not the
 version, which a gossip peer also moves when it mixes in parameters without
@@ -43,6 +45,11 @@ class Pacer:
     def may_ship(self) -> bool:
         done = 0 if self.base is None else self.latest - self.base
         return self.shipped < (done + self.lead) * self.share
+
+    def share_among(self, fragments_per_batch: float, samplers: int) -> None:
+        """This sampler's share of each batch when `samplers` (itself included) are
+        alive: a lost sampler's share goes to the others, a new one takes its part."""
+        self.share = fragments_per_batch / max(1, samplers)
 
     def shipped_one(self, forgiven: bool = False) -> None:
         """Count a shipped fragment; `forgiven`: shipped because the learner made no

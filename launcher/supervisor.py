@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import signal
 import sys
 import time
@@ -21,8 +20,9 @@ from verl_zmq.ops.runview import RunView
 
 from .affinity import cpu_specs
 from .forking import ForkedProcess, ForkServer
+from .lost import NODE_FAILURE, SSH_LOST, host_lost, move_off
 from .plan import Placement, Plan
-from .remote import RoleProcess, check_reachable, full_argv, make_bundle
+from .remote import RoleProcess, full_argv, make_bundle
 from .report import CHECKPOINT_EVENTS, Progress, Terminal, trainer_ids
 
 # 0 done; 1 a role failed for good; 2 bad input; 3 done, but checkpoints it was
@@ -35,8 +35,6 @@ SPARE_AFTER_S = 5.0  # a role's warm spare starts once the role has been up this
 # never updates (a data-parallel rank waiting for its group) gets its spare after this
 SPARE_FALLBACK_S = 30.0
 SPARES_LOST_MAX = 3  # spares of one member that died unused before we stop making them
-SSH_LOST = 255  # ssh's own exit code: the connection failed or broke
-MAX_PROBE_S = 30.0  # the longest wait between two probes of a lost host
 
 
 def restart_delay(L, rp: RoleProcess, rc: int, now: float) -> float | None:
@@ -132,7 +130,7 @@ class Supervisor:
             host = self.plan.host_of(p)
             if host.via == "srun" and NODE_FAILURE in _last_lines(rp.err_path, 5):
                 # srun ends a step whose node died with exit code 0: it did not finish
-                if await self._move_off(rp, host):
+                if await move_off(self, rp, host):
                     continue
                 return
             if rc == 0:
@@ -144,7 +142,7 @@ class Supervisor:
             self.log.warning("role_died", member=p.member_id, member_role=p.role, exit_code=rc,
                              restarts=rp.restarts, last_error=tail)
             if rc == SSH_LOST and host.by_ssh:  # the host went, not the role
-                if await self._host_lost(rp, host):
+                if await host_lost(self, rp, host):
                     continue  # it answers again: the role was restarted there
                 return
             delay = restart_delay(L, rp, rc, time.monotonic())
@@ -161,91 +159,14 @@ class Supervisor:
             self.log.error("role_failed", member=p.member_id, member_role=p.role, exit_code=rc,
                            last_error=tail)
             if self._fails_job(p) or rc == 2:
-                self.outcome = EXIT_FAILED
-                self.stopping = True
-                self.wake.set()
+                self.fail_job()
             return
 
-    async def _move_off(self, rp: RoleProcess, host) -> bool:
-        """A Slurm node of the allocation failed under a role: the role starts again
-        as a step on the node of the allocation that is not lost and runs the fewest
-        roles (True); the registry, whose address every member holds, cannot move:
-        the job fails with a line naming the node."""
-        p = rp.placement
-        self.lost.setdefault(host.address, set()).add(p.member_id)
-        self.log.error("host_lost", host=host.address, node=host.node, member=p.member_id,
-                       member_role=p.role, error="Slurm node failure")
-        alive = [i for i, h in enumerate(self.plan.hosts)
-                 if h.via == "srun" and h.address not in self.lost]
-        if p.role == REGISTRY or not alive:
-            self.failed.append(p.member_id)
-            self.term.say(f"error: Slurm node {host.node or host.address} failed: its "
-                          f"{p.role} {p.member_id} is lost"
-                          f"{'' if alive else ' and no node of the allocation is left'}, "
-                          f"the job fails")
-            self.outcome = EXIT_FAILED
-            self.stopping = True
-            self.wake.set()
-            return False
-        load = {i: sum(1 for q in self.plan.placements if q.host == i) for i in alive}
-        moved = dataclasses.replace(p, host=min(alive, key=lambda i: (load[i], i)))
-        self.plan.placements[self.plan.placements.index(p)] = moved
-        rp.placement = moved
-        rp.argv = full_argv(self.job, self.plan, moved, self.run_dir)
-        if rp.spare_argv is not None:
-            rp.spare_argv = full_argv(self.job, self.plan, moved, self.run_dir, standby=True)
-        rp.drop_spare()  # a spare on the lost node is no spare
-        rp.restarts += 1
-        await rp.start()
-        to = self.plan.host_of(moved)
-        self.log.warning("role_moved", member=p.member_id, member_role=p.role,
-                         host=to.address, node=to.node, pid=rp.proc.pid)
-        self.term.say(f"warning: Slurm node {host.node or host.address} failed: "
-                      f"{p.member_id} restarted on {to.node or to.address}")
-        return True
-
-    async def _host_lost(self, rp: RoleProcess, host) -> bool:
-        """A role's SSH session ended with ssh's own failure: if its host does not
-        answer, a vital role (the registry, the learner) fails the job with a line
-        naming the host; any other waits, probing the host with backoff, and is
-        restarted there when it answers (True). The lost roles are in the summary."""
-        p = rp.placement
-        why = await check_reachable(self.job, host, timeout_s=5.0)
-        if not why:
-            return await self._restart_on(rp, host)  # a broken session, not a lost host
-        self.lost.setdefault(host.address, set()).add(p.member_id)
-        self.log.error("host_lost", host=host.address, member=p.member_id, member_role=p.role,
-                       error=why)
-        if self._vital(p):
-            self.failed.append(p.member_id)
-            self.term.say(f"error: host {host.ssh_target} (hosts line {host.line}) is "
-                          f"unreachable ({why}): its {p.role} {p.member_id} is lost, the job fails")
-            self.outcome = EXIT_FAILED
-            self.stopping = True
-            self.wake.set()
-            return False
-        wait = 1.0
-        while not self.stopping:
-            await asyncio.sleep(wait)
-            if self.stopping:
-                return False
-            why = await check_reachable(self.job, host, timeout_s=5.0)
-            if not why:
-                self.log.info("host_back", host=host.address, member=p.member_id)
-                return await self._restart_on(rp, host)
-            wait = min(wait * 2, MAX_PROBE_S)
-        return False
-
-    async def _restart_on(self, rp: RoleProcess, host) -> bool:
-        if self.stopping:
-            return False
-        rp.drop_spare()  # a spare on a host that was gone is no spare
-        rp.restarts += 1
-        await rp.start()
-        self.log.info("role_restarted", member=rp.placement.member_id,
-                      member_role=rp.placement.role, restarts=rp.restarts, after_s=0.0,
-                      pid=rp.proc.pid, warm=False, host=host.address)
-        return True
+    def fail_job(self) -> None:
+        """The job cannot go on: stop every role, exit as failed."""
+        self.outcome = EXIT_FAILED
+        self.stopping = True
+        self.wake.set()
 
     async def _spares_loop(self) -> None:
         """Keep a warm spare beside every role of `launch.standby` once the role has
@@ -425,9 +346,6 @@ class Supervisor:
             "checkpoints_missing": missing,
             "warnings": warnings,
         }
-
-
-NODE_FAILURE = "srun: error: Node failure on"  # what srun says of a step whose node died
 
 
 def _last_lines(path: Path, n: int) -> str:

@@ -2,8 +2,10 @@
 started as local processes with their command, arguments and environment as a
 kubelet would give them (downward API values, an Indexed Job's completion
 index, `$(VAR)` expansion), their volumes as local folders, and Service names
-resolved to loopback. What it proves is that the manifests' commands work, not
-only their shape."""
+resolved to loopback; a pod that exits is restarted as its `restartPolicy` says
+(Always; OnFailure while its Job's failures stay within `backoffLimit`, 6 by
+default), as a kubelet and the Job controller would. What it proves is that the
+manifests' commands work, not only their shape."""
 
 from __future__ import annotations
 
@@ -27,7 +29,10 @@ class Pod:
     argv: list[str]
     env: dict
     log: Path
+    restart: str = "Never"  # the pod template's restartPolicy
+    backoff_limit: int = 6  # a Job's; failures beyond it fail the Job
     proc: subprocess.Popen | None = None
+    restarts: int = 0
 
 
 def load(folder: Path) -> list[dict]:
@@ -87,6 +92,8 @@ def pods(objs: list[dict], root: Path) -> list[Pod]:
         else:
             continue
         spec = o["spec"]["template"]["spec"]
+        restart = spec.get("restartPolicy", "Always")
+        backoff = int(o["spec"].get("backoffLimit", 6)) if o["kind"] == "Job" else 0
         (c,) = spec["containers"]
         mounts = {}
         for v in spec["volumes"]:
@@ -112,11 +119,32 @@ def pods(objs: list[dict], root: Path) -> list[Pod]:
                 argv.append(a)
             assert c["command"] == ["python"], c["command"]
             out.append(Pod(f"{o['kind']}/{o['metadata']['name']}", i, [sys.executable, *argv],
-                           env, root / f"{o['metadata']['name']}-{i}.log"))
+                           env, root / f"{o['metadata']['name']}-{i}.log", restart, backoff))
     return out
 
 
 def start(pod: Pod) -> None:
-    with open(pod.log, "wb") as f:
+    with open(pod.log, "ab") as f:  # a restarted container's log goes on
         pod.proc = subprocess.Popen(pod.argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
                                     env={**os.environ, **pod.env}, start_new_session=True)
+
+
+def supervise(pods: list[Pod]) -> list[Pod]:
+    """One kubelet pass: restart every exited pod its policy restarts; the pods
+    that failed for good (a Job past its backoffLimit, or restartPolicy Never)."""
+    failures: dict[str, int] = {}
+    for p in pods:
+        failures[p.owner] = failures.get(p.owner, 0) + p.restarts
+    failed = []
+    for p in pods:
+        rc = p.proc.poll() if p.proc is not None else None
+        if rc is None:
+            continue
+        again = p.restart == "Always" or (p.restart == "OnFailure" and rc != 0)
+        if again and (p.owner.startswith("Deployment/") or failures[p.owner] < p.backoff_limit):
+            p.restarts += 1
+            failures[p.owner] += 1
+            start(p)
+        elif rc != 0:
+            failed.append(p)
+    return failed

@@ -71,7 +71,8 @@ def dapo_run(tmp_path_factory):
             late = subprocess.Popen(
                 [PY, "-m", "verl_zmq.cli", "role", "peer", "--job", str(run / "job.toml"),
                  "--registry", plan["registry"], "--id", "peer-3", "--group", "peer3",
-                 "--run-dir", str(late_dir), "--log-file", str(late_dir / "peer-3.jsonl")],
+                 "--run-dir", str(late_dir), "--log-file", str(late_dir / "peer-3.jsonl"),
+                 "--keys", str(run / "keys.json")],  # a local job is a CURVE job too
                 cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
         out, errtext = proc.communicate(timeout=600)
         late.wait(60)

@@ -106,3 +106,23 @@ def test_a_peers_mix_moves_the_version_but_not_the_updates_samplers_pace_on(tmp_
     assert _ship_all(p) == 2
     p.heard(after.updates)
     assert _ship_all(p) == 0  # no update, no new share
+
+
+def test_a_lost_samplers_share_goes_to_the_others_and_back():
+    p = Pacer(share=1.0, lead=1)  # 4 samplers, 4 fragments a batch
+    p.heard(10)
+    p.shipped_one()
+    assert not p.may_ship()
+    p.share_among(4, 2)  # two samplers lost with their host: a share of 2, counted afresh
+    p.heard(11)
+    assert p.may_ship()
+    p.shipped_one()
+    assert p.may_ship()
+    p.shipped_one()
+    assert not p.may_ship()
+    p.share_among(4, 4)  # they are back: a share of 1, counted afresh
+    p.heard(12)
+    p.shipped_one()
+    assert not p.may_ship()
+    p.share_among(4, 4)  # no change: the count stands
+    assert not p.may_ship()

@@ -131,7 +131,10 @@ def test_killed_sampler_and_shard_on_the_learners_host_are_restarted(ssh_job):
 def test_curve_was_on_for_the_remote_job(ssh_job):
     job = (ssh_job["run"] / "job.toml").read_text()
     assert 'curve = "auto"' in job
-    assert not list((ssh_job["run"]).glob("**/*key*"))  # keys never touched the disk
+    # the launcher's keys file alone, readable by its owner only (roles get theirs on stdin)
+    found = list((ssh_job["run"]).glob("**/*key*"))
+    assert [p.relative_to(ssh_job["run"]).as_posix() for p in found] == ["keys.json"]
+    assert found[0].stat().st_mode & 0o777 == 0o600
 
 
 @pytest.mark.timeout(600)

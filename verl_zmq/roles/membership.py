@@ -191,8 +191,13 @@ class RegistryClient:
                 backoff = self.interval
                 await self._session()
             else:
+                # a launched job is a CURVE job: a role started by hand without its
+                # keys is refused without a word at the handshake
+                hint = {} if self.t.keys is not None or self.t.inproc else {
+                    "hint": "no CURVE keys: a launched job's roles take --keys "
+                            "RUN_DIR/keys.json"}
                 self.log.warning("registry_unreachable", registry=self.endpoint,
-                                 retry_in_s=round(backoff, 2))
+                                 retry_in_s=round(backoff, 2), **hint)
                 self._close()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.dead_after_s)

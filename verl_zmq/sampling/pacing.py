@@ -48,8 +48,13 @@ class Pacer:
 
     def share_among(self, fragments_per_batch: float, samplers: int) -> None:
         """This sampler's share of each batch when `samplers` (itself included) are
-        alive: a lost sampler's share goes to the others, a new one takes its part."""
-        self.share = fragments_per_batch / max(1, samplers)
+        alive: a lost sampler's share goes to the others, a new one takes its part.
+        A new share counts afresh: fragments shipped at the old one would otherwise
+        hold this sampler back while the learner waits for its part."""
+        share = fragments_per_batch / max(1, samplers)
+        if share != self.share:
+            self.share = share
+            self.reset()
 
     def shipped_one(self, forgiven: bool = False) -> None:
         """Count a shipped fragment; `forgiven`: shipped because the learner made no

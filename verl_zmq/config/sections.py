@@ -197,7 +197,7 @@ class Checkpoint:
     # update and then every so often, so a learner killed between step checkpoints
     # loses at most this much training; 0: off. A slow write stretches the interval:
     # writing stays under 5% of the learner's time
-    snapshot_interval_s: float = 10.0  # latest.pt alone this often; 0: off
+    snapshot_interval_s: float = 2.0  # latest.pt alone this often; 0: off
 
 
 @dataclass(frozen=True)

@@ -8,18 +8,35 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
+from verl_zmq.config import Job
 from verl_zmq.config.roles import REGISTRY
 
+from .plan import Placement, Plan
 from .remote import RoleProcess, check_reachable, full_argv
-
-if TYPE_CHECKING:
-    from .supervisor import Supervisor
 
 SSH_LOST = 255  # ssh's own exit code: the connection failed or broke
 MAX_PROBE_S = 30.0  # the longest wait between two probes of a lost host
 NODE_FAILURE = "srun: error: Node failure on"  # what srun says of a step whose node died
+
+
+class Supervisor(Protocol):
+    """What host-loss handling reads and changes of the launcher's supervisor."""
+
+    job: Job
+    plan: Plan
+    run_dir: Path
+    log: Any
+    term: Any
+    stopping: bool
+    lost: dict[str, set[str]]
+    failed: list[str]
+
+    def fail_job(self) -> None: ...
+
+    def _vital(self, p: Placement) -> bool: ...
 
 
 async def move_off(sup: Supervisor, rp: RoleProcess, host) -> bool:

@@ -190,17 +190,25 @@ class Trainer:
                 "torch_rng": torch.get_rng_state(),
                 "numpy_rng": json.dumps(self.rng.bit_generator.state)}
 
+    def _may_write(self, skipped: str) -> bool:
+        """Whether this learner writes checkpoints (the primary) and the disk has
+        `checkpoint.min_free_mb` free; a nearly full disk is warned of as `skipped`."""
+        if not self.primary:
+            return False
+        d, need = self.checkpoint_dir, self.job.checkpoint.min_free_mb
+        if need and (free := free_mb(d)) < need:
+            self.log.warning(skipped, path=str(d), free_mb=round(free, 1),
+                             min_free_mb=need, env_steps=self.state.env_steps)
+            return False
+        return True
+
     def checkpoint(self) -> None:
         """A step checkpoint and latest.pt, unless the disk is nearly full
         (`checkpoint.min_free_mb`: skipped with a warning) or the write fails (said
         once on stderr; the last good checkpoint stays)."""
-        if not self.primary:
+        if not self._may_write("checkpoint_skipped"):
             return
-        d, need = self.checkpoint_dir, self.job.checkpoint.min_free_mb
-        if need and (free := free_mb(d)) < need:
-            self.log.warning("checkpoint_skipped", path=str(d), free_mb=round(free, 1),
-                             min_free_mb=need, env_steps=self.state.env_steps)
-            return
+        d = self.checkpoint_dir
         try:
             path = write_checkpoint(d, self.state.env_steps, self._state(),
                                     self.job.checkpoint.keep)
@@ -215,13 +223,9 @@ class Trainer:
         skipped like a checkpoint when the disk is nearly full or the write fails."""
         interval = self.job.checkpoint.snapshot_interval_s
         self.next_snapshot = time.monotonic() + interval
-        if not self.primary:
+        if not self._may_write("snapshot_skipped"):
             return
-        d, need = self.checkpoint_dir, self.job.checkpoint.min_free_mb
-        if need and (free := free_mb(d)) < need:
-            self.log.warning("snapshot_skipped", path=str(d), free_mb=round(free, 1),
-                             min_free_mb=need, env_steps=self.state.env_steps)
-            return
+        d = self.checkpoint_dir
         t0 = time.monotonic()
         try:
             d.mkdir(parents=True, exist_ok=True)

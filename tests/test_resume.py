@@ -173,8 +173,13 @@ def test_the_resumed_job_trains_on_and_ends_cleanly(resumed_run):
     assert summary["status"] == "done", summary
     evals = [e for e in _events(r["run"], "evaluator-0", "evaluated")]
     after = [e for e in evals if e["ts"] > r["t_second"]]
-    # evaluated on after the resume, and better than the untrained policy it started as
-    assert after and max(e["eval/return_mean"] for e in after) > evals[0]["eval/return_mean"]
+    assert after, "nothing was evaluated after the resume"
+    # what was evaluated is the resumed policy (its version goes on from the checkpoint's),
+    # not a fresh one: well above a random CartPole policy's ~22. (Not compared with the
+    # first part's evaluations: DQN's return goes up and down, and the first evaluation
+    # may already be of a trained policy.)
+    assert min(e["version"] for e in after) >= r["stopped"]["ckpt"]["version"]
+    assert max(e["eval/return_mean"] for e in after) > 50.0, after
 
 
 @pytest.mark.timeout(900)

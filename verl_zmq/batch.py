@@ -35,6 +35,7 @@ from .envs.spaces import contains_problem, gather
 BASE = ("action", "reward", "terminated", "truncated", "valid")  # and the obs columns
 STEPWISE = ("action", "terminated", "truncated", "valid")  # [T, E, ...] beside reward
 STATE, FIRST = "rnn_state", "first"  # recurrent policies
+PROMPT = "prompt"  # prompt jobs: [E, max_prompt_length] token ids, left-padded
 DType = type | np.dtype[Any] | str
 
 
@@ -70,6 +71,7 @@ class Layout:
     T: int
     extras: tuple[str, ...] = ()
     state_size: int = 0  # a recurrent policy's state per env (0: none)
+    prompt_len: int = 0  # prompt jobs: each response's left-padded prompt (seq/prompts.py)
 
     @property
     def obs_columns(self) -> tuple[str, ...]:
@@ -120,7 +122,9 @@ class Layout:
                 *[(bootstrap(k), dt, (E, *shape)) for k, dt, shape in obs],
                 *[(bootstrap(k), f32, (E,)) for k in self.extras],
                 *([(bootstrap(FIRST), flag, (E,)), (STATE, f32, (E, self.state_size))]
-                  if rec else [])]
+                  if rec else []),
+                *([(PROMPT, np.dtype(np.int64), (E, self.prompt_len))]
+                  if self.prompt_len else [])]
 
     def shapes(self, E: int) -> dict[str, tuple[int, ...]]:
         return {name: shape for name, _, shape in self.fields(E)}
@@ -188,6 +192,8 @@ class Layout:
             out[bootstrap(k)] = np.concatenate([f[bootstrap(k)] for f in frags])
         if self.state_size:
             out[STATE] = np.concatenate([f[STATE] for f in frags])
+        if self.prompt_len:
+            out[PROMPT] = np.concatenate([f[PROMPT] for f in frags])
         return out
 
 
@@ -212,5 +218,9 @@ def state_size(policy) -> int:
 
 def job_layout(job, spec: EnvSpec) -> Layout:
     """The fragment layout of a job for its env."""
+    from .seq.prompts import is_prompt_env, prompt_settings
+
+    env = job.environment
+    plen = prompt_settings(env.kwargs).max_prompt_length if is_prompt_env(env.id) else 0
     return Layout(spec, job.sampling.fragment_length, job.traits.extras,
-                  state_size(job.algorithm.policy))
+                  state_size(job.algorithm.policy), plen)

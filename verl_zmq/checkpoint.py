@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -24,6 +26,24 @@ def save_atomic(obj: dict, path: Path) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def save_folder_atomic(write: Callable[[Path], None], path: Path) -> None:
+    """Have `write` fill a temporary folder, then swap it in for `path`: a reader
+    finds the old folder or the new one whole (for a moment, neither)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        write(tmp)
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def load(path: str | Path, device: str = "cpu") -> dict:

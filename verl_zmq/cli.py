@@ -130,8 +130,9 @@ def run(job_path, overrides, run_dir):
 @main.command()
 @click.argument("job_path", metavar="JOB", type=JOB_FILE)
 @click.option("--set", "overrides", multiple=True, help="Override a job key: section.key=value.")
-@click.option("-o", "--output", "--out", "out", required=True, type=click.Path(dir_okay=False),
-              help="Checkpoint to write (algorithm.init_from reads it).")
+@click.option("-o", "--output", "--out", "out", required=True, type=click.Path(),
+              help="Checkpoint to write (algorithm.init_from reads it); for a Hugging Face "
+                   "model a folder (algorithm.policy.path reads it).")
 @click.option("--steps", default=1000, show_default=True, help="Gradient steps at most.")
 @click.option("--batch", "batch_prompts", default=64, show_default=True,
               help="Demonstrations per step.")
@@ -146,6 +147,8 @@ def sft(job_path, overrides, out, steps, batch_prompts, lr, stop_at_accuracy, ev
     job = _load(job_path, overrides)
     from .seq.sft import run_sft
 
+    if job.algorithm.policy.kind == "hf":  # a Hugging Face model: --out is a folder
+        from .seq.hf_sft import run_hf_sft as run_sft
     try:
         r = run_sft(job, steps, out, batch_prompts, lr, stop_at_accuracy, eval_every,
                     report=lambda row: click.echo(json.dumps(row)))

@@ -27,4 +27,12 @@ def algorithm_class(name: str) -> type[Algorithm]:
 def make_algorithm(job: Job, spec: EnvSpec, device: str = "cpu", **kw: Any) -> Algorithm:
     """Build the job's algorithm for an env (keywords: `worker`, `obs_transform`, as
     `Algorithm` takes them); ValueError when the policy does not fit it."""
+    if job.algorithm.policy.kind == "hf":  # a Hugging Face model on prompt files
+        from ..seq.hf_grpo import HFGRPO
+        from .traits import fit_problem
+
+        why = fit_problem(job, spec.kind)
+        if why:
+            raise ValueError(why)
+        return HFGRPO(job, spec, device, **kw)
     return algorithm_class(job.algorithm.name)(job, spec, device, **kw)

@@ -22,6 +22,7 @@ more fragments until its batch is full) and the overlong penalty
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from .core import AdvantageInput, seq_mean_token_sum
 from .grouped import group_advantages, group_signal, responses
 from .ppo import PPO, Recipe
 
-__all__ = ["GRPO", "group_advantages", "seq_mean_token_sum"]
+__all__ = ["GRPO", "group_advantages", "keep_groups", "seq_mean_token_sum"]
 
 
 class GRPO(PPO):
@@ -46,31 +47,37 @@ class GRPO(PPO):
 
     def keep_groups(self, frag: Mapping[str, np.ndarray]
                     ) -> tuple[Mapping[str, np.ndarray], int] | None:
-        """A fragment with its groups that carry no signal (scores all equal, the
-        overlong penalty included) marked out: each of their responses ends truncated,
-        which GRPO leaves out as it leaves out a dropped response; None when no
-        group is left. The steps that count are the fragment's share of kept
-        responses."""
-        term = np.asarray(frag["terminated"], bool)
-        trunc = np.asarray(frag["truncated"], bool)
-        valid = np.asarray(frag["valid"], bool)
-        ordinal, how = episodes(term, trunc, valid)
-        r = responses(AdvantageInput(frag, self.params, _unused, ordinal, how,
-                                     self.group_size, self.max_response))
-        signal = np.repeat(group_signal(r.scores, r.counted, self.group_size),
-                           self.group_size, axis=0)
-        drop = r.counted & ~signal
-        n_drop = int(drop.sum()) // self.group_size
-        self.filter_stats["grpo/filtered_groups"] = \
-            self.filter_stats.get("grpo/filtered_groups", 0.0) + n_drop
-        if not drop.any():
-            return frag, steps(frag)
-        kept = int((r.counted & signal).sum())
-        if not kept:
-            return None
-        mark = (term | trunc) & valid & drop[r.cols, ordinal]
-        out = {**frag, "terminated": term & ~mark, "truncated": trunc | mark}
-        return out, round(steps(frag) * kept / max(int(r.counted.sum()), 1))
+        """verl's `filter_groups` on one fragment (see `keep_groups`)."""
+        return keep_groups(frag, self.params, self.group_size, self.max_response,
+                           self.filter_stats)
+
+
+def keep_groups(frag: Mapping[str, np.ndarray], params: Any, group_size: int,
+                max_response: int, stats: dict[str, float]
+                ) -> tuple[Mapping[str, np.ndarray], int] | None:
+    """A fragment with its groups that carry no signal (scores all equal, the overlong
+    penalty included) marked out: each of their responses ends truncated, which
+    GRPO leaves out as it leaves out a dropped response; None when no group is
+    left. The steps that count are the fragment's share of kept responses; the
+    groups filtered are counted in `stats`."""
+    term = np.asarray(frag["terminated"], bool)
+    trunc = np.asarray(frag["truncated"], bool)
+    valid = np.asarray(frag["valid"], bool)
+    ordinal, how = episodes(term, trunc, valid)
+    r = responses(AdvantageInput(frag, params, _unused, ordinal, how, group_size,
+                                 max_response))
+    signal = np.repeat(group_signal(r.scores, r.counted, group_size), group_size, axis=0)
+    drop = r.counted & ~signal
+    n_drop = int(drop.sum()) // group_size
+    stats["grpo/filtered_groups"] = stats.get("grpo/filtered_groups", 0.0) + n_drop
+    if not drop.any():
+        return frag, steps(frag)
+    kept = int((r.counted & signal).sum())
+    if not kept:
+        return None
+    mark = (term | trunc) & valid & drop[r.cols, ordinal]
+    out = {**frag, "terminated": term & ~mark, "truncated": trunc | mark}
+    return out, round(steps(frag) * kept / max(int(r.counted.sum()), 1))
 
 
 def _unused() -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -107,6 +107,14 @@ def fit_problem(job: Any, kind: str, images: bool = False) -> str:
         why = _group_problem(job)
         if why:
             return why
+    return _kind_problem(name, pol, t, kind)
+
+
+def _kind_problem(name: str, pol: Any, t: Traits, kind: str) -> str:
+    """Why `policy.kind` does not fit the algorithm and its actions, or ""."""
+    if pol.kind == "hf":
+        return "" if t.grouped else \
+            f"algorithm.policy.kind: a Hugging Face model is trained by grpo, not {name}"
     if pol.kind == "transformer":
         if not t.on_policy:
             return f"algorithm.policy.kind: a transformer policy is for ppo and grpo, not {name}"
@@ -145,8 +153,14 @@ def _recurrent_problem(job: Any, t: Traits) -> str:
 def _group_problem(job: Any) -> str:
     """Why the job's fragments would not hold whole groups of responses, or ""."""
     from ..seq import is_sequence_env, round_steps
+    from ..seq.prompts import is_prompt_env, prompt_settings
 
     env, S = job.environment, job.sampling
+    if is_prompt_env(env.id):
+        return _prompt_problem(job, prompt_settings(env.kwargs))
+    if job.algorithm.policy.kind == "hf":
+        return (f"algorithm.policy.kind: a Hugging Face model answers prompt files "
+                f"(environment.id = \"verl/Prompts-v0\"), not {env.id}")
     G = int(env.kwargs.get("group_size", 1))
     if not is_sequence_env(env.id) or G < 2:
         return (f"algorithm.name: {job.algorithm.name} needs a sequence task (verl/Reverse-v0, "
@@ -162,6 +176,23 @@ def _group_problem(job: Any) -> str:
                 f"fragment_length {S.fragment_length} a multiple of the task's round ({R} "
                 f"steps) and num_envs_per_worker {S.num_envs_per_worker} a multiple of "
                 f"environment.kwargs.group_size {G}")
+    return ""
+
+
+def _prompt_problem(job: Any, s: Any) -> str:
+    """Why a prompt job's fragments would not be whole groups of whole responses."""
+    S, pol = job.sampling, job.algorithm.policy
+    if pol.kind != "hf":
+        return ("algorithm.policy.kind: prompt files (verl/Prompts-v0) are answered by a "
+                "Hugging Face model: kind = \"hf\"")
+    if S.fragment_length != s.max_response_length or S.num_envs_per_worker % s.group_size:
+        return (f"sampling: a prompt job's fragment is one column per response: "
+                f"fragment_length {S.fragment_length} must equal "
+                f"environment.kwargs.max_response_length {s.max_response_length}, and "
+                f"num_envs_per_worker {S.num_envs_per_worker} (responses per fragment) be a "
+                f"multiple of environment.kwargs.group_size {s.group_size}")
+    if pol.lora_rank < 0:
+        return "algorithm.policy.lora_rank: must be 0 (off) or more"
     return ""
 
 

@@ -100,7 +100,9 @@ class Policy:
 
     # "mlp" for vector observations; "transformer": a causal transformer over token
     # observations (sequence tasks), its value head on the same trunk when shared_trunk
-    kind: Literal["mlp", "transformer"] = "mlp"
+    # "hf": a Hugging Face causal LM (the `llm` extra, seq/hf.py) that samplers run
+    # `generate` with, on a prompt file (environment id "verl/Prompts-v0")
+    kind: Literal["mlp", "transformer", "hf"] = "mlp"
     # image observations: a convolutional encoder before the heads (pixels/cnn.py)
     encoder: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
@@ -115,6 +117,17 @@ class Policy:
     # state per env and ship each fragment's initial state
     recurrent: Literal["", "lstm", "gru"] = ""
     recurrent_size: int = 64
+    # kind = "hf": a local model folder, or an inline config (`model_type` and its
+    # sizes: a model built with random weights); the tokenizer a folder, "chars"
+    # (built in), or "" for the model folder's own
+    path: str = ""
+    config: dict = field(default_factory=dict)
+    tokenizer: str = ""
+    # LoRA (peft): adapters of this rank on `target_modules`; samplers receive the
+    # adapters only, and the reference is the model with its adapters disabled
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
 
 
 @dataclass(frozen=True)

@@ -250,6 +250,15 @@ def spec_of(obs_space: gym.Space, act_space: gym.Space, env_id: str) -> EnvSpec:
 
 def env_spec(cfg: Environment) -> EnvSpec:
     """Build the env once and describe its spaces; refuse unsupported spaces."""
+    from ..seq.prompts import is_prompt_env, prompt_settings
+
+    if is_prompt_env(cfg.id):  # no env: responses are generated (seq/prompts.py)
+        try:
+            prompt_settings(cfg.kwargs)
+        except ValueError as e:
+            raise EnvError(str(e)) from None
+        # token ids: the learner checks them against its vocabulary
+        return EnvSpec(obs_shape=(0,), discrete=True, n_actions=2**31 - 1, action_shape=())
     env = make_env(cfg)
     try:
         return spec_of(env.observation_space, env.action_space, cfg.id)

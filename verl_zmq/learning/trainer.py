@@ -24,7 +24,13 @@ from .. import wire
 from ..algos import make_algorithm
 from ..algos.base import GradReduce, Learned, Progress
 from ..checkpoint import load as load_checkpoint
-from ..checkpoint import numpy_state, policy_state, save_atomic, write_checkpoint
+from ..checkpoint import (
+    numpy_state,
+    policy_state,
+    save_atomic,
+    save_folder_atomic,
+    write_checkpoint,
+)
 from ..config import Job, dumps_job
 from ..envs.make import EnvSpec
 from ..files import clean_temporaries, free_mb
@@ -217,6 +223,16 @@ class Trainer:
             return
         self.log.info("checkpoint_saved", path=str(path), env_steps=self.state.env_steps,
                       version=self.state.version)
+        save_pretrained = getattr(self.algo, "save_pretrained", None)
+        if save_pretrained is not None:  # a Hugging Face model: its folder beside (hf/)
+            try:
+                save_folder_atomic(save_pretrained, d / "hf")
+            except OSError as e:
+                write_failed(self.log, "checkpoint_failed", d / "hf", e,
+                             "keeping the last good folder")
+                return
+            self.log.info("hf_checkpoint_saved", path=str(d / "hf"),
+                          env_steps=self.state.env_steps, version=self.state.version)
 
     def snapshot(self) -> None:
         """latest.pt alone (what a restart resumes from), between step checkpoints;

@@ -75,7 +75,13 @@ def evaluate(algo: Actor, job: Any, rms: ObsNorm | None, episodes: int, seed: in
              deterministic: bool = True, video_dir: str = "", prefix: str = "eval"
              ) -> np.ndarray:
     """Run `episodes` episodes at once (one env each, seeds seed..seed+n-1); their returns.
-    With `video_dir`, the first episode is recorded there."""
+    With `video_dir`, the first episode is recorded there. A policy that answers
+    prompt files (`seq/hf_grpo.py`) is scored on its val file instead: each val
+    prompt's score."""
+    validate = getattr(algo, "validate", None)
+    if validate is not None:
+        scores: np.ndarray = validate()
+        return scores
     import gymnasium as gym
 
     venv = gym.vector.SyncVectorEnv(

@@ -263,7 +263,9 @@ class EvaluatorRole(Role):
         self.evaluations += 1
         mean, std = float(rets.mean()), float(rets.std())
         self.last = {"eval/return_mean": mean, "eval/return_std": std,
-                     "eval/return_min": float(rets.min()), "eval/return_max": float(rets.max())}
+                     "eval/return_min": float(rets.min()), "eval/return_max": float(rets.max()),
+                     # prompt jobs: verl's val-core/<data_source>/acc/mean@N beside
+                     **getattr(self.algo, "val_metrics", {})}
         best = mean > self.best
         self.log.info("evaluated", env_steps=msg.env_steps, version=msg.version,
                       episodes=len(rets), final=msg.final, best=best, member=msg.src,

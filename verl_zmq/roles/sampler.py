@@ -24,6 +24,7 @@ from ..envs.make import env_spec, make_vector_env
 from ..policy.numpy_actor import make_actor
 from ..sampling.collector import Collector
 from ..sampling.pacing import make_pacer
+from ..seq.prompts import is_prompt_env
 from .base import Rates, Role, reconnect, recv, send
 
 
@@ -43,11 +44,18 @@ class SamplerRole(Role):
         spec = env_spec(self.job.environment)
         torch_seed, np_seed = acting_seeds(self.job.experiment.seed, self.ctx.group,
                                            self.ctx.index)
-        self.algo = make_actor(self.job, spec, (self.ctx.index, self.job.sampling.num_workers),
-                               (torch_seed, np_seed))
-        venv, seeds = make_vector_env(self.job.environment, self.job.sampling.num_envs_per_worker,
-                                      self.job.experiment.seed, self.ctx.index + 1)
-        self.collector = Collector(self.job, self.algo, venv, seeds)
+        workers = self.job.sampling.num_workers
+        self.algo = make_actor(self.job, spec, (self.ctx.index, workers), (torch_seed, np_seed))
+        seeds: list[int] = []
+        if is_prompt_env(self.job.environment.id):  # responses by generate, no env
+            from ..seq.generate import GenerateCollector
+
+            self.collector = GenerateCollector(self.job, self.algo, self.ctx.index, workers)
+        else:
+            venv, seeds = make_vector_env(self.job.environment,
+                                          self.job.sampling.num_envs_per_worker,
+                                          self.job.experiment.seed, self.ctx.index + 1)
+            self.collector = Collector(self.job, self.algo, venv, seeds)
         self.log.info("sampler_seeds", torch_seed=torch_seed, numpy_seed=np_seed, env_seeds=seeds,
                       inference=type(self.algo).__name__)
         t = self.ctx.transport
@@ -193,6 +201,8 @@ class SamplerRole(Role):
                "sampler/param_waits_timed_out": self.param_waits_timed_out,
                "sampler/policy_version": c.version, "sampler/param_swaps": c.swaps,
                "sampler/params_rejected": c.rejected_params}
+        if hasattr(c, "metrics"):  # a generating collector's own: tokens, timing_s/gen
+            out.update(c.metrics())
         if self.returns:
             out["sampler/episode_return_mean"] = round(float(np.mean(self.returns)), 3)
             out["sampler/episode_length_mean"] = round(float(np.mean(self.lengths)), 1)

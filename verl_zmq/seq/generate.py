@@ -1,0 +1,140 @@
+"""A sampler's rollout on a prompt file: whole responses by `generate`, one
+fragment column per response (`seq/prompts.py` for the layout). No I/O: the
+sampler role sends what `collect` returns, as it sends a `Collector`'s.
+
+Each fragment holds `num_envs_per_worker / group_size` prompts from this
+sampler's deck, `group_size` responses each (sampled with the KV cache), each
+scored with the job's `compute_score` on the decoded text. A scorer that raises
+or returns no number is counted (`reward_errors`) and scores 0 (`on_error =
+"zero"`) or leaves its response out (`"drop"`: truncated, GRPO skips it).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import structlog
+import torch
+
+from ..batch import PROMPT
+from .hf import generate, pad_left
+from .prompts import PromptDeck, encode_prompts
+from .scoring import load_compute_score, score_response
+
+__all__ = ["GenerateCollector"]
+
+
+class Scorer:
+    """The job's scorer and its failures (what `sampler/reward_errors` reports)."""
+
+    def __init__(self, path: str, on_error: str):
+        self.fn = load_compute_score(path, "environment.kwargs.reward")
+        self.on_error = on_error
+        self.reward_errors = 0
+        self.metrics: dict[str, list[float]] = {}
+
+    def __call__(self, source: str, text: str, truth: str, extra: dict[str, Any]
+                 ) -> float | None:
+        try:
+            s = score_response(self.fn, source, text, truth, extra)
+        except Exception as e:  # a user's function: any failure is counted, never fatal
+            self.reward_errors += 1
+            if self.reward_errors <= 3 or self.reward_errors % 100 == 0:
+                structlog.get_logger().warning(
+                    "reward_fn_failed", error=f"{type(e).__name__}: {e}",
+                    errors=self.reward_errors, scored_as=self.on_error, data_source=source)
+            return None
+        for k, v in s.metrics.items():
+            self.metrics.setdefault(k, []).append(v)
+        return s.score
+
+    def close(self) -> None:
+        """Nothing to release (the sampler role closes its collector's `venv`)."""
+
+
+class GenerateCollector:
+    """Generates groups of responses to this sampler's prompts and cuts them into
+    fragments (see the module); the attributes a sampler reads of a `Collector`."""
+
+    def __init__(self, job: Any, algo: Any, worker: int, workers: int):
+        self.job, self.algo = job, algo
+        s = self.settings = algo.settings
+        self.T = s.max_response_length
+        self.E = job.sampling.num_envs_per_worker
+        self.prompts_per_fragment = self.E // s.group_size
+        enc = encode_prompts(s.train_files, algo.tok, s)
+        self.records, self.ids = enc.records, enc.ids
+        self.deck = PromptDeck(len(self.records), worker, workers, job.experiment.seed)
+        self.venv = Scorer(s.reward, s.on_error)  # what the role reports and closes
+        self.version = 0
+        self.pending: tuple[int, dict] | None = None
+        self.steps = 0  # fragment rows generated (a row: one token slot of every response)
+        self.swaps = 0
+        self.rejected_params = 0
+        self.gen_s = 0.0
+        self.tokens = 0
+
+    def swap(self) -> None:
+        """Load params that arrived, if they are new (or the first)."""
+        pending, self.pending = self.pending, None
+        if pending is None or pending[0] == self.version:
+            return
+        version, arrays = pending
+        try:
+            self.algo.load_policy_arrays(arrays)
+        except ValueError:
+            self.rejected_params += 1
+            return
+        self.version = version
+        self.swaps += 1
+
+    def collect(self) -> tuple[dict[str, np.ndarray], int]:
+        """One fragment of whole groups; (arrays, the policy version they came from)."""
+        self.swap()
+        a, s = self.algo, self.settings
+        which = self.deck.draw(self.prompts_per_fragment)
+        prompt, pmask = pad_left([self.ids[i] for i in which], a.pad, s.max_prompt_length)
+        t0 = time.monotonic()
+        g = generate(a.model, prompt, pmask, a.sampling(), a.eos, a.pad)
+        self.gen_s += time.monotonic() - t0
+        texts = a.decode(g.response, g.mask)
+        lengths = g.mask.sum(1).numpy()
+        self.tokens += int(lengths.sum())
+        E, T, G = self.E, self.T, s.group_size
+        scores = np.zeros(E, np.float32)
+        dropped = np.zeros(E, bool)
+        for j, text in enumerate(texts):
+            r = self.records[which[j // G]]
+            sc = self.venv(r.data_source, text, r.ground_truth, r.extra_info)
+            if sc is None:
+                dropped[j] = self.venv.on_error == "drop"
+                sc = 0.0
+            scores[j] = sc
+        valid = g.mask.numpy().T.astype(bool)  # [T, E]
+        last = np.zeros((T, E), bool)
+        last[np.maximum(lengths - 1, 0), np.arange(E)] = True
+        reward = np.where(last, scores[None], 0.0).astype(np.float32)
+        rows = np.repeat(torch.where(pmask.bool(), prompt, -1).numpy(), G, axis=0)
+        self.steps += T
+        arrays = {
+            "obs": np.zeros((T, E, 0), np.float32),
+            "action": g.response.numpy().T.astype(np.int64),
+            "terminated": last & ~dropped[None], "truncated": last & dropped[None],
+            "valid": valid, "reward": reward,
+            "logp": g.logp.numpy().T.astype(np.float32),
+            "bootstrap_obs": np.zeros((E, 0), np.float32),
+            "bootstrap_logp": np.zeros(E, np.float32),
+            PROMPT: rows.astype(np.int64),
+            "ep_return": scores.astype(np.float64)[~dropped],
+            "ep_length": lengths.astype(np.int64)[~dropped],
+        }
+        return arrays, self.version
+
+    def metrics(self) -> dict[str, float]:
+        out = {"timing_s/gen": round(self.gen_s, 3), "sampler/tokens": float(self.tokens)}
+        if self.gen_s > 0:
+            out["sampler/tokens_per_s"] = round(self.tokens / self.gen_s, 1)
+        return out
+

@@ -1,0 +1,230 @@
+"""Hugging Face causal LMs as policies (the `llm` extra): the model and its
+tokenizer, log-probabilities of responses, and rollout by `generate`.
+
+The conventions every part shares, so that a sampler's behaviour
+log-probabilities and the learner's agree (to 1e-5, tested):
+
+- prompts are left-padded, responses right-padded, with `pad_token_id`; the
+  attention mask marks real tokens, and positions come from it (the cumulative
+  sum less one), as `generate` computes them. Without those positions a
+  left-padded prompt would be read at shifted positions by the learner.
+- models run in eval mode: dropout off (a model built from a config starts in
+  training mode; its dropout makes two passes over one sequence disagree).
+- a token's log-probability is `log_softmax(logits / temperature)` at it: the
+  sampling temperature's distribution, as verl's actor computes it; top-p and
+  top-k only choose which tokens may be drawn.
+
+The built-in character tokenizer (`tokenizer = "chars"`) needs no download: one
+token per printable ASCII character, with a chat template, for tests and toy
+tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["Sampling", "build_model", "char_tokenizer", "generate", "load_tokenizer",
+           "pad_left", "response_logprobs"]
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>"
+                 "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
+SPECIAL = ("<pad>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>",
+           "<|tool|>")
+
+
+def char_tokenizer() -> Any:
+    """One token per printable ASCII character (and newline), the special tokens of
+    `SPECIAL`, and a chat template: a tokenizer built offline from `tokenizers`."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [chr(c) for c in range(32, 127)] + ["\n"]
+    vocab = {t: i for i, t in enumerate((*SPECIAL, *chars))}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="?"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tk.decoder = decoders.Fuse()
+    tk.add_special_tokens([AddedToken(s, special=True) for s in SPECIAL])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", bos_token="<s>",
+                                  eos_token="</s>")
+    tok.chat_template = CHAT_TEMPLATE
+    tok.padding_side = "left"
+    return tok
+
+
+def load_tokenizer(policy: Any) -> Any:
+    """The job's tokenizer: "chars" (built in), a folder, or the model folder's own;
+    left padding, and the end token as padding where it has no pad token."""
+    name = policy.tokenizer or policy.path
+    if not name:
+        raise ValueError("algorithm.policy: kind = \"hf\" needs a tokenizer (a folder, or "
+                         "\"chars\") or a model folder (path) that has one")
+    if name == "chars":
+        return char_tokenizer()
+    from transformers import AutoTokenizer
+
+    if not Path(name).is_dir():
+        raise ValueError(f"algorithm.policy.tokenizer: {name!r} is not a local folder "
+                         f"(models and tokenizers are read from disk, never downloaded)")
+    tok = AutoTokenizer.from_pretrained(name)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def build_model(policy: Any, tok: Any) -> Any:
+    """The job's causal LM in eval mode: from `path` (a local Hugging Face folder), or
+    built from the inline `config` (`model_type` and sizes) with the tokenizer's
+    vocabulary and special tokens; LoRA adapters on it when `lora_rank` > 0."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a role's stderr is a log, not a terminal
+
+    if policy.path:
+        if not Path(policy.path).is_dir():
+            raise ValueError(f"algorithm.policy.path: {policy.path!r} is not a local folder")
+        model = AutoModelForCausalLM.from_pretrained(policy.path, dtype=torch.float32)
+    else:
+        cfg = dict(policy.config)
+        model_type = cfg.pop("model_type", None)
+        if not model_type:
+            raise ValueError("algorithm.policy.config: needs model_type (e.g. \"llama\", "
+                             "\"gpt2\") and its sizes, or give algorithm.policy.path")
+        try:
+            conf = AutoConfig.for_model(model_type, vocab_size=len(tok),
+                                        pad_token_id=tok.pad_token_id,
+                                        bos_token_id=tok.bos_token_id,
+                                        eos_token_id=tok.eos_token_id, **cfg)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"algorithm.policy.config: {e}") from None
+        model = AutoModelForCausalLM.from_config(conf)
+    if policy.lora_rank > 0:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(
+            r=policy.lora_rank, lora_alpha=policy.lora_alpha, lora_dropout=0.0,
+            target_modules=list(policy.target_modules) or None, task_type="CAUSAL_LM"))
+    return model.eval()
+
+
+def pad_left(rows: Sequence[Sequence[int]], pad: int, width: int | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows left-padded to `width` (the longest by default): ids, mask."""
+    width = width or max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r):] = torch.as_tensor(list(r))
+            mask[i, width - len(r):] = 1
+    return ids, mask
+
+
+def response_logprobs(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor,
+                      response: torch.Tensor, response_mask: torch.Tensor,
+                      temperature: float = 1.0) -> torch.Tensor:
+    """log pi(response token | everything before it) [N, R] for left-padded prompts
+    [N, P] and right-padded responses [N, R] (0 where `response_mask` is 0), in
+    one forward pass; differentiable."""
+    ids = torch.cat([prompt, response], 1)
+    mask = torch.cat([prompt_mask, response_mask], 1)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    P = prompt.shape[1]
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                   use_cache=False).logits[:, P - 1:-1]
+    logp = torch.log_softmax(logits.float() / temperature, -1)
+    out = logp.gather(-1, response.unsqueeze(-1)).squeeze(-1)
+    return out * response_mask
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How responses are drawn: verl's rollout `n` (the group), `temperature`,
+    `top_p`, `top_k` (0: off) and the response length; `greedy` for validation."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 64
+    greedy: bool = False
+
+
+@dataclass
+class Generated:
+    """Responses [N * n, R] (right-padded with the pad token), their mask, whether
+    each ended with the end token, and each token's behaviour log-probability."""
+
+    response: torch.Tensor
+    mask: torch.Tensor
+    ended: torch.Tensor
+    logp: torch.Tensor
+
+    def lengths(self) -> torch.Tensor:
+        return self.mask.sum(1)
+
+
+def generate(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor, s: Sampling,
+             eos: int, pad: int) -> Generated:
+    """`s.n` responses to each left-padded prompt (rows of the same prompt together),
+    with the model's KV cache, stopping at `eos` or `s.max_new_tokens`; the
+    log-probabilities come from the logits each step computed."""
+    from transformers import GenerationConfig
+
+    n = 1 if s.greedy else s.n
+    gc = GenerationConfig(do_sample=not s.greedy, max_new_tokens=s.max_new_tokens,
+                          min_new_tokens=1, pad_token_id=pad, eos_token_id=eos,
+                          temperature=s.temperature if not s.greedy else None,
+                          top_p=s.top_p if not s.greedy else None,
+                          top_k=(s.top_k or None) if not s.greedy else None,
+                          output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        out = model.generate(input_ids=prompt.repeat_interleave(n, 0),
+                             attention_mask=prompt_mask.repeat_interleave(n, 0),
+                             generation_config=gc)
+    resp = out.sequences[:, prompt.shape[1]:]
+    is_eos = resp == eos
+    before = is_eos.long().cumsum(1) - is_eos.long()  # end tokens strictly before
+    mask = (before == 0).long()  # up to and including the first end token
+    resp = torch.where(mask.bool(), resp, torch.full_like(resp, pad))
+    logits = torch.stack(out.logits, 1).float() / (1.0 if s.greedy else s.temperature)
+    logp = torch.log_softmax(logits, -1).gather(-1, resp.unsqueeze(-1)).squeeze(-1) * mask
+    R = s.max_new_tokens
+    if resp.shape[1] < R:  # every response ended early
+        extra = R - resp.shape[1]
+        resp = torch.nn.functional.pad(resp, (0, extra), value=pad)
+        mask = torch.nn.functional.pad(mask, (0, extra))
+        logp = torch.nn.functional.pad(logp, (0, extra))
+    return Generated(resp, mask, (is_eos & mask.bool()[:, :is_eos.shape[1]]).any(1), logp)
+
+
+def named_arrays(model: Any, adapters_only: bool) -> dict[str, Any]:
+    """The model's weights as numpy arrays by name: all of them, or with LoRA only
+    the adapters (what changes; the base stays as every copy loaded it)."""
+    sd = model.state_dict()
+    if adapters_only:
+        sd = {k: v for k, v in sd.items() if "lora_" in k}
+    return {k: v.detach().cpu().float().numpy() for k, v in sd.items()}
+
+
+def load_named_arrays(model: Any, arrays: Mapping[str, Any], adapters_only: bool) -> None:
+    """Load `named_arrays` into a model of the same shape; ValueError when they do
+    not fit."""
+    import numpy as np
+
+    own = model.state_dict()
+    names = [k for k in own if "lora_" in k] if adapters_only else list(own)
+    missing = [k for k in names if k not in arrays]
+    if missing:
+        raise ValueError(f"params lack {missing[:3]}")
+    with torch.no_grad():
+        for k in names:
+            if tuple(arrays[k].shape) != tuple(own[k].shape):
+                raise ValueError(f"params {k}: shape {arrays[k].shape} != {tuple(own[k].shape)}")
+            own[k].copy_(torch.from_numpy(np.array(arrays[k], dtype=np.float32)))

@@ -1,0 +1,301 @@
+"""GRPO on a Hugging Face causal LM: the learner, the evaluator's validation and
+the sampler's model copy for prompt jobs (`seq/prompts.py`).
+
+The update is the one `algos/ppo.py` composes for GRPO, from the same
+registered functions of `algos/core.py` and `algos/grouped.py` (advantage
+estimator, clipped surrogate with dual clip, loss aggregation, KL estimator and
+controller), with one difference of form: a fragment's column is one whole
+response, so the current policy's log-probabilities of a minibatch of responses
+come from one forward pass over prompt + response (`hf.response_logprobs`),
+not one pass per token.
+
+The behaviour log-probabilities are the samplers' (from `generate`'s logits);
+the reference is a frozen copy of the initial model, or with LoRA the model with
+its adapters disabled (no second copy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..algos.base import START, Algorithm, FragmentFilter, Learned, Progress, adam, clip_grad_norm
+from ..algos.core import (
+    ADVANTAGE_ESTIMATORS,
+    AGGREGATIONS,
+    KL_ESTIMATORS,
+    POLICY_LOSSES,
+    AdvantageInput,
+    KLController,
+    lookup,
+)
+from ..algos.grouped import response_stats, responses  # noqa: F401  (registers estimators)
+from ..algos.grpo import keep_groups
+from ..batch import PROMPT, episodes
+from .data import PromptRecord
+from .hf import (
+    Sampling,
+    build_model,
+    generate,
+    load_named_arrays,
+    load_tokenizer,
+    named_arrays,
+    pad_left,
+    response_logprobs,
+)
+from .prompts import encode_prompts, prompt_settings
+from .scoring import load_compute_score, mean_at_n, score_response
+
+__all__ = ["HFGRPO", "prompt_tensors"]
+
+Arrays = Mapping[str, np.ndarray]
+
+
+def prompt_tensors(prompt: np.ndarray, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fragment's prompt column (left-padded with -1) as model input: ids, mask."""
+    p = torch.as_tensor(np.asarray(prompt, np.int64))
+    mask = (p >= 0).long()
+    return torch.where(mask.bool(), p, torch.full_like(p, pad)), mask
+
+
+class HFGRPO(Algorithm):
+    """GRPO (and verl's estimators and options) on a Hugging Face model (see the
+    module); also the samplers' and the evaluator's copy of the model."""
+
+    name = "grpo"
+    state_attrs = ("model", "opt", "ref")
+
+    def __init__(self, job: Any, spec: Any, device: str = "cpu", **kw: Any):
+        super().__init__(job, spec, device, **kw)
+        p, pol = self.params, job.algorithm.policy
+        self.settings = prompt_settings(job.environment.kwargs)
+        self.tok = load_tokenizer(pol)
+        self.model = build_model(pol, self.tok).to(self.device)
+        self.lora = pol.lora_rank > 0
+        self.vocab = int(self.model.get_output_embeddings().weight.shape[0])
+        self.pad = int(self.tok.pad_token_id)
+        self.eos = int(self.tok.eos_token_id)
+        self.advantage_fn = lookup(ADVANTAGE_ESTIMATORS, p.adv_estimator,
+                                   "algorithm.params.adv_estimator")
+        self.policy_loss_fn = lookup(POLICY_LOSSES, "clipped", "algorithm.policy_loss")
+        self.aggregate = lookup(AGGREGATIONS, p.loss_agg, "algorithm.params.loss_agg")
+        self.kl_fn = lookup(KL_ESTIMATORS, p.kl_estimator, "algorithm.params.kl_estimator")
+        self.kl_ctl = KLController(p.kl_coef, p.kl_ctrl, p.kl_target, p.kl_horizon)
+        self.group_size = self.settings.group_size
+        self.max_response = self.settings.max_response_length
+        self.horizon = float(p.loss_scale_factor or self.max_response)
+        self.filter_stats: dict[str, float] = {}
+        self.init_policy()
+        self.ref: torch.nn.Module | None = None
+        if p.kl_coef > 0 and not self.lora:
+            self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
+        self.opt = adam([t for t in self.model.parameters() if t.requires_grad],
+                        p.learning_rate)
+        self._val: tuple[list[PromptRecord], list[list[int]]] | None = None
+        self.val_metrics: dict[str, float] = {}
+
+    # -- the model's weights ---------------------------------------------------------
+
+    def policy_module(self) -> torch.nn.Module:
+        module: torch.nn.Module = self.model
+        return module
+
+    def policy_arrays(self) -> dict[str, np.ndarray]:
+        return named_arrays(self.model, self.lora)
+
+    def load_policy_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        load_named_arrays(self.model, arrays, self.lora)
+
+    def save_pretrained(self, folder: Path) -> None:
+        """A Hugging Face folder that `AutoModelForCausalLM.from_pretrained` loads:
+        weights (safetensors), config, tokenizer and chat template; with LoRA the
+        adapters merged into a copy of the model."""
+        model = self.model
+        if self.lora:
+            model = copy.deepcopy(model).merge_and_unload()
+        model.save_pretrained(folder, safe_serialization=True)
+        self.tok.save_pretrained(folder)
+
+    def _reference(self) -> contextlib.AbstractContextManager[Any]:
+        """The reference policy to run under: the frozen copy, or the adapters off."""
+        if self.lora:
+            cm: contextlib.AbstractContextManager[Any] = self.model.disable_adapter()
+            return cm
+        return contextlib.nullcontext()
+
+    # -- acting: samplers and the evaluator generate whole responses -----------------
+
+    def act(self, obs: np.ndarray, deterministic: bool = False, env_steps: int = 0,
+            state: Any = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        raise TypeError("a Hugging Face policy generates whole responses (seq/generate.py), "
+                        "it does not act step by step")
+
+    def sampling(self, greedy: bool = False) -> Sampling:
+        s = self.settings
+        return Sampling(n=s.group_size, temperature=s.temperature, top_p=s.top_p,
+                        top_k=s.top_k, max_new_tokens=s.max_response_length, greedy=greedy)
+
+    def validate(self, limit: int = 0) -> np.ndarray:
+        """Each val prompt's score (the mean over `val_n` responses; greedy when 1)
+        on the val file (the train file without one); verl's `val-core` metrics in
+        `val_metrics`."""
+        s = self.settings
+        if self._val is None:
+            enc = encode_prompts(s.val_files or s.train_files, self.tok, s)
+            self._val = (enc.records, enc.ids)
+        records, ids = self._val
+        n = limit or s.val_prompts or len(records)
+        records, ids = records[:n], ids[:n]
+        score_fn = load_compute_score(s.reward, "environment.kwargs.reward")
+        greedy = s.val_n == 1
+        sampling = Sampling(n=s.val_n, temperature=s.temperature, top_p=s.top_p,
+                            top_k=s.top_k, max_new_tokens=s.max_response_length,
+                            greedy=greedy)
+        results: list[tuple[str, int, float]] = []
+        per_prompt = np.zeros(len(records))
+        for lo in range(0, len(records), 64):
+            chunk = ids[lo:lo + 64]
+            prompt, mask = pad_left(chunk, self.pad)
+            g = generate(self.model, prompt, mask, sampling, self.eos, self.pad)
+            texts = self.decode(g.response, g.mask)
+            k = 1 if greedy else s.val_n
+            for j, text in enumerate(texts):
+                r = records[lo + j // k]
+                try:  # verl's core validation value: the scorer's "acc" where it says one
+                    got = score_response(score_fn, r.data_source, text, r.ground_truth,
+                                         r.extra_info)
+                    sc = got.metrics.get("acc", got.score)
+                except Exception:  # a user's scorer: a failure scores 0 here
+                    sc = 0.0
+                results.append((r.data_source, lo + j // k, sc))
+                per_prompt[lo + j // k] += sc / k
+        self.val_metrics = mean_at_n(results)
+        return per_prompt
+
+    def decode(self, response: torch.Tensor, mask: torch.Tensor) -> list[str]:
+        """Responses as text, without the end token and padding."""
+        out = []
+        for row, m in zip(response.tolist(), mask.tolist(), strict=True):
+            toks = [t for t, keep in zip(row, m, strict=True) if keep and t != self.eos]
+            out.append(self.tok.decode(toks, skip_special_tokens=True))
+        return out
+
+    # -- learning --------------------------------------------------------------------
+
+    def fragment_filter(self) -> FragmentFilter | None:
+        if not self.params.filter_groups:
+            return None
+        return lambda frag: keep_groups(frag, self.params, self.group_size, self.max_response,
+                                        self.filter_stats)
+
+    def _logprobs(self, prompt: torch.Tensor, pmask: torch.Tensor, resp: torch.Tensor,
+                  rmask: torch.Tensor) -> torch.Tensor:
+        return response_logprobs(self.model, prompt, pmask, resp, rmask,
+                                 self.settings.temperature)
+
+    def _minibatches(self, counted: np.ndarray, tokens: np.ndarray) -> Iterator[np.ndarray]:
+        """Shuffled responses (those counted), about `minibatch_size` tokens each."""
+        rows = np.flatnonzero(counted)
+        order = rows[torch.randperm(len(rows)).numpy()]
+        per = max(1, round(len(rows) * self.params.minibatch_size / max(int(tokens.sum()), 1)))
+        for lo in range(0, len(order), per):
+            yield order[lo:lo + per]
+
+    def learn(self, batch: Arrays, at: Progress = START) -> Learned:
+        p = self.params
+        for g in self.opt.param_groups:
+            g["lr"] = p.learning_rate
+        term = np.asarray(batch["terminated"], bool)
+        trunc = np.asarray(batch["truncated"], bool)
+        valid = np.asarray(batch["valid"], bool)
+        act = np.asarray(batch["action"], np.int64)
+        # a token id the model has no embedding for: its response is left out (counted)
+        bad = ((act < 0) | (act >= self.vocab)) & valid
+        stats: dict[str, float] = {"grpo/bad_token_responses": float(bad.any(0).sum())}
+        if bad.any():
+            trunc = trunc | (bad.any(0)[None] & valid & (term | trunc))
+            term = term & ~bad.any(0)[None]
+            act = np.where(bad, 0, act)
+        ordinal, how = episodes(term, trunc, valid)
+        prompt, pmask = prompt_tensors(batch[PROMPT], self.pad)
+        resp = torch.as_tensor(np.where(valid, act, self.pad).T.copy())
+        rmask = torch.as_tensor(valid.T.astype(np.int64))
+        b = {**batch, "terminated": term, "truncated": trunc}
+        ref = None
+        if p.kl_coef > 0:
+            with torch.no_grad(), self._reference():
+                net = self.ref if self.ref is not None else self.model
+                ref = response_logprobs(net, prompt, pmask, resp, rmask,
+                                        self.settings.temperature).numpy().T
+            k1 = np.where(valid, np.asarray(batch["logp"]) - ref, 0.0)
+            stats["charts/kl_ref"] = float(k1.sum() / max(1, valid.sum()))
+            if p.kl_in == "reward":
+                b["reward"] = np.asarray(batch["reward"]) - self.kl_ctl.value * k1
+        est = self.advantage_fn(AdvantageInput(b, p, _no_values, ordinal, how,
+                                               self.group_size, self.max_response))
+        counted = how[:, 0] == 1  # one response per column: its first episode
+        learn = (valid & counted[None]).T  # [N, T]
+        adv = torch.as_tensor(np.asarray(est.adv).T.copy())
+        old = torch.as_tensor(np.asarray(batch["logp"], np.float32).T.copy())
+        ref_t = torch.as_tensor(ref.T.copy()) if ref is not None else None
+        sums: dict[str, float] = {}
+        count = 0
+        low, high = p.clip_low, p.clip_high
+        params = [t for t in self.model.parameters() if t.requires_grad]
+        self.model.train(False)  # dropout stays off: the samplers' log-probs had none
+        for _ in range(p.n_epochs):
+            for idx in self._minibatches(counted, learn.sum(1)):
+                m = torch.as_tensor(learn[idx])
+                new = self._logprobs(prompt[idx], pmask[idx], resp[idx], rmask[idx])
+                seq = torch.as_tensor(idx)[:, None].expand_as(m)[m]
+                mb = {"seq": seq}
+                new_f, old_f, adv_f = new[m], old[idx][m], adv[idx][m]
+                pg, ratio = self.policy_loss_fn(new_f, old_f, adv_f, low, high, p.clip_ratio_c)
+                loss = self.aggregate(pg, mb, self.horizon)
+                step: dict[str, float] = {"losses/policy_loss": float(loss.detach())}
+                if ref_t is not None and p.kl_in == "loss":
+                    kl = self.aggregate(self.kl_fn(new_f, ref_t[idx][m]), mb, self.horizon)
+                    loss = loss + self.kl_ctl.value * kl
+                    step["actor/kl_loss"] = step["losses/kl_ref"] = float(kl.detach())
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()  # type: ignore[no-untyped-call]
+                step["losses/grad_norm"] = float(clip_grad_norm(params, p.max_grad_norm))
+                self.opt.step()
+                with torch.no_grad():
+                    log_ratio = new_f - old_f
+                    clipped = float(((ratio < 1 - low) | (ratio > 1 + high)).float().mean())
+                    step |= {"actor/pg_clipfrac": clipped, "losses/clip_fraction": clipped,
+                             "actor/ppo_kl": float(-log_ratio.mean()),
+                             "losses/approx_kl": float(((ratio - 1) - log_ratio).mean())}
+                for k, v in step.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                count += 1
+        self.updates += 1
+        out = {k: v / max(count, 1) for k, v in sums.items()}
+        out["charts/learning_rate"] = p.learning_rate
+        out["charts/batch_steps"] = float(learn.sum())
+        if ref is not None:
+            out["actor/kl_coef"] = self.kl_ctl.value
+            self.kl_ctl.update(stats.get("charts/kl_ref", 0.0), int(counted.sum()))
+        out.update(stats)
+        out.update(est.stats)
+        out.update(self.filter_stats)
+        return Learned(out)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "kl_coef": self.kl_ctl.value}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.kl_ctl.value = float(state.get("kl_coef", self.kl_ctl.value))
+
+
+def _no_values() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    raise ValueError("algorithm.params.adv_estimator: prompt jobs have no critic (grpo, "
+                     "rloo, reinforce_plus_plus, reinforce_plus_plus_baseline)")

@@ -1,0 +1,132 @@
+"""Post-training on prompt files: the job's settings (environment id
+`verl/Prompts-v0`, its kwargs in verl's names) and the deck of prompts a
+sampler serves. Torch-free.
+
+A prompt job has no env to step: each sampler reads the train file, takes its
+share of each epoch's shuffle (`data.epoch_share`), and generates a group of
+`group_size` responses per prompt (`seq/generate.py`). Its fragments are
+`[max_response_length, responses]`: one column per response, one row per
+response token (`action`: the token id, `logp`: its behaviour
+log-probability, `valid`: the response's mask, the score as the reward of its
+last token), and beside them the left-padded prompts, `prompt [responses,
+max_prompt_length]`. Bytes grow linearly with the response length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from .data import PromptRecord, chat_prompt, epoch_share, fit_prompt, read_prompts
+
+__all__ = ["PROMPTS_ID", "PromptDeck", "PromptSettings", "encode_prompts", "is_prompt_env",
+           "prompt_settings"]
+
+PROMPTS_ID = "verl/Prompts-v0"
+PROMPT = "prompt"  # the fragment's per-response column of prompt token ids
+
+
+def is_prompt_env(env_id: str) -> bool:
+    return env_id == PROMPTS_ID
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """`environment.kwargs` of a prompt job, in verl's names (`data.*` and
+    `actor_rollout_ref.rollout.*`): the files, the lengths, how a long prompt is
+    cut, the scorer (`reward`: "" built in by data source, "gsm8k",
+    "exact_match", or `module:compute_score`), what a failed score counts as, and
+    the sampling of responses (`group_size` is rollout `n`)."""
+
+    train_files: str = ""
+    val_files: str = ""
+    reward: str = ""
+    on_error: str = "zero"
+    group_size: int = 8
+    max_prompt_length: int = 64
+    max_response_length: int = 32
+    truncation: str = "error"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    val_n: int = 1  # responses per val prompt: greedy when 1 (mean@1), sampled otherwise
+    val_prompts: int = 0  # 0: all of the val file
+
+
+def prompt_settings(kwargs: Mapping[str, Any], where: str = "environment.kwargs"
+                    ) -> PromptSettings:
+    """The settings from a job's env kwargs; ValueError naming the key otherwise."""
+    known = {f.name: f for f in fields(PromptSettings)}
+    out: dict[str, Any] = {}
+    for k, v in kwargs.items():
+        if k not in known:
+            raise ValueError(f"{where}.{k}: unknown for {PROMPTS_ID} (known: "
+                             f"{', '.join(known)})")
+        want = type(known[k].default)
+        if want is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if not isinstance(v, want) or isinstance(v, bool):
+            raise ValueError(f"{where}.{k}: expected {want.__name__}, got {v!r}")
+        out[k] = v
+    s = PromptSettings(**out)
+    if not s.train_files:
+        raise ValueError(f"{where}.train_files: {PROMPTS_ID} needs a prompt file "
+                         f"(.parquet or .jsonl in verl's columns)")
+    if s.truncation not in ("error", "left", "right"):
+        raise ValueError(f"{where}.truncation: {s.truncation!r}: expected error, left or right")
+    if s.on_error not in ("zero", "drop"):
+        raise ValueError(f"{where}.on_error: {s.on_error!r}: expected zero or drop")
+    for k in ("group_size", "max_prompt_length", "max_response_length", "val_n"):
+        if getattr(s, k) < 1:
+            raise ValueError(f"{where}.{k}: must be at least 1")
+    if s.temperature <= 0 or not 0 < s.top_p <= 1 or s.top_k < 0:
+        raise ValueError(f"{where}: temperature > 0, 0 < top_p <= 1 and top_k >= 0 expected")
+    return s
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A prompt file's records and their prompts' token ids."""
+
+    records: list[PromptRecord]
+    ids: list[list[int]]
+
+
+def encode_prompts(path: str, tok: Any, s: PromptSettings) -> Encoded:
+    """Every record of `path` with its chat made a prompt (the tokenizer's chat
+    template, generation prompt added) and fitted to `max_prompt_length`."""
+    records = read_prompts(path)
+    ids = []
+    for r in records:
+        text = chat_prompt(r.messages, tok)
+        toks = tok(text, add_special_tokens=False).input_ids
+        ids.append(fit_prompt(toks, s.max_prompt_length, s.truncation,
+                              f"{path}: row {r.row}"))
+    return Encoded(records, ids)
+
+
+class PromptDeck:
+    """The prompts one sampler of `workers` serves, epoch after epoch: each epoch one
+    shuffle shared by every sampler (seeded by the job's seed and the epoch), dealt
+    round-robin, so every prompt is served once per epoch across the samplers."""
+
+    def __init__(self, n: int, worker: int, workers: int, seed: int):
+        self.n, self.worker, self.workers, self.seed = n, worker, workers, seed
+        self.epoch = 0
+        self.queue: list[int] = []
+
+    def draw(self, k: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < k:
+            if not self.queue:
+                share = epoch_share(self.n, self.epoch, self.worker, self.workers, self.seed)
+                self.epoch += 1
+                # a file with fewer prompts than samplers: this one serves from the whole
+                self.queue = share.tolist() if len(share) else \
+                    np.random.default_rng([self.seed, self.epoch, self.worker]).permutation(
+                        self.n).tolist()
+            out.append(self.queue.pop(0))
+        return out

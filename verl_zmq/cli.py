@@ -159,6 +159,25 @@ def sft(job_path, overrides, out, steps, batch_prompts, lr, stop_at_accuracy, ev
                            "seconds": round(r.seconds, 1)}))
 
 
+@main.command()
+@click.argument("task", type=click.Choice(["reverse", "add"]))
+@click.argument("folder", type=click.Path(file_okay=False))
+@click.option("--train", "n_train", default=2000, show_default=True, help="Train records.")
+@click.option("--val", "n_val", default=100, show_default=True, help="Val records.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["parquet", "jsonl"]), default="parquet",
+              show_default=True)
+def data(task, folder, n_train, n_val, seed, fmt):
+    """Write a toy prompt file pair in verl's columns to FOLDER: reverse 4-6 digits
+    (exact match) or add two numbers (GSM8K's `#### N`)."""
+    from .seq.toy_prompts import toy_rows, write_prompts
+
+    lengths = (4, 6) if task == "reverse" else (2, 2)
+    for name, n, s in (("train", n_train, seed), ("val", n_val, seed + 10_000)):
+        path = write_prompts(Path(folder) / f"{name}.{fmt}", toy_rows(task, n, s, *lengths))
+        click.echo(f"wrote {path} ({n} records)")
+
+
 def _stamp_dir(job: Job) -> Path:
     import time
 

@@ -40,7 +40,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     return {"score": exact + 0.2 * right / max(len(said), len(want), 1), "acc": exact}
 '''
 SFT_STEPS = 130
-UPDATES = 90
+UPDATES = 150
 BATCH = 1024  # the job's batch_size in token slots (2 fragments of 64 x 8)
 
 
@@ -49,7 +49,7 @@ def prepare(work: Path, seed: int) -> list[str]:
     from verl_zmq.seq.toy_prompts import toy_rows, write_prompts
 
     write_prompts(work / "train.parquet", toy_rows("reverse", 2000, 1000 + seed, 4, 6))
-    write_prompts(work / "val.parquet", toy_rows("reverse", 100, 2000 + seed, 4, 6))
+    write_prompts(work / "val.parquet", toy_rows("reverse", 200, 2000 + seed, 4, 6))
     (work / "toyscore.py").write_text(SCORER)
     return [f"environment.kwargs.train_files={work / 'train.parquet'}",
             f"environment.kwargs.val_files={work / 'val.parquet'}",

@@ -208,3 +208,32 @@ def test_mutated_valid_messages_raise_only_wire_error(idx, seed):
     frames = [bytes(f) for f in wire.encode(SAMPLES[idx])]
     with contextlib.suppress(wire.WireError):
         wire.decode(mutate(frames, random.Random(seed)))
+
+
+def test_a_readable_socket_with_nothing_to_read_is_waited_on_not_a_failure():
+    """libzmq may say a socket is readable and then have nothing for recv (it handled
+    a peer's disconnect instead): zmq.Again is a wait, not a failed role."""
+    import asyncio
+
+    import zmq
+
+    from verl_zmq.comm.messaging import WireStats, recv
+
+    frames = wire.encode(wire.Heartbeat(src="a"))
+
+    class Flaky:
+        def __init__(self):
+            self.calls = 0
+
+        async def poll(self, timeout):
+            return zmq.POLLIN
+
+        async def recv_multipart(self, copy=True):
+            self.calls += 1
+            if self.calls < 3:
+                raise zmq.Again()
+            return [zmq.Frame(bytes(memoryview(f))) for f in frames]
+
+    sock = Flaky()
+    _, msg = asyncio.run(recv(sock, WireStats(None, 1.0)))
+    assert isinstance(msg, wire.Heartbeat) and sock.calls == 3

@@ -12,6 +12,7 @@ job's final evaluation), the rise, the KL to the reference at the last update,
 and the job's wall time.
 
     python tools/bench/hf_grpo.py --seeds 0 1 2 3 4
+    python tools/bench/hf_grpo.py --seeds 0 1 --set algorithm.params.learning_rate=1e-3
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def prepare(work: Path, seed: int) -> list[str]:
 
 
 def run_once(seed: int, work: Path, updates: int = UPDATES, sft_steps: int = SFT_STEPS,
-             timeout: float = 600) -> dict:
+             timeout: float = 600, extra: tuple[str, ...] = ()) -> dict:
     """One seed of the procedure (see the module); what it measured."""
     work.mkdir(parents=True, exist_ok=True)
     sets = prepare(work, seed)
@@ -73,14 +74,17 @@ def run_once(seed: int, work: Path, updates: int = UPDATES, sft_steps: int = SFT
         raise RuntimeError(f"verl sft failed: {r.stderr[-2000:]}")
     before = json.loads(r.stdout.strip().splitlines()[-1])["accuracy"]
     run = work / "run"
+    batch = next((int(x.split("=")[1]) for x in extra
+                  if x.startswith("algorithm.params.batch_size=")), BATCH)
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = env["PYTHONPATH"]  # the roles import the scorer module
     try:
         rc, wall = launch(JOB, run, [*sets, f"algorithm.policy.path={sft_dir}",
                                      "algorithm.policy.tokenizer=",
-                                     f"training.total_timesteps={updates * BATCH}",
-                                     f"evaluation.interval_steps={updates * BATCH // 3}",
-                                     "evaluation.stop_at_return=1.01"], timeout=timeout)
+                                     f"training.total_timesteps={updates * batch}",
+                                     f"evaluation.interval_steps={updates * batch // 3}",
+                                     "evaluation.stop_at_return=1.01", *extra],
+                          timeout=timeout)
     finally:
         if old is None:
             os.environ.pop("PYTHONPATH", None)
@@ -102,11 +106,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--updates", type=int, default=UPDATES)
+    ap.add_argument("--set", dest="sets", action="append", default=[],
+                    help="A job override for the GRPO job (section.key=value).")
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in a.seeds:
-            row = run_once(seed, Path(tmp) / f"seed{seed}", a.updates)
+            row = run_once(seed, Path(tmp) / f"seed{seed}", a.updates, extra=tuple(a.sets))
             row.pop("run")
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -46,15 +46,28 @@ async def send(sock: zmq.asyncio.Socket, msg: wire.Message, src: str,
     await sock.send_multipart((prefix or []) + wire.encode(msg), copy=False)
 
 
+async def recv_frames(sock: zmq.asyncio.Socket) -> list:
+    """The next multipart message's frames, waiting as long as it takes. Polls with a
+    timeout rather than block in recv: each poll re-reads the socket's events, so a
+    wake-up lost on the edge-triggered fd (seen with inproc pipes that attach while
+    a reader waits) costs at most one interval, never forever. A socket that said
+    it was readable may still have nothing to read (libzmq processed a peer's
+    disconnect or a handshake instead: recv raises Again); that is a wait too,
+    not a failure (it stopped a replay shard, restart after restart, under load)."""
+    while True:
+        while not await sock.poll(RECV_POLL_MS):
+            pass
+        try:
+            frames: list = await sock.recv_multipart(copy=False)
+            return frames
+        except zmq.Again:
+            continue
+
+
 async def recv(sock: zmq.asyncio.Socket, stats: WireStats, n_prefix: int = 0,
                expect: tuple[type, ...] | None = None):
     """Receive one message: (prefix frames, message) or (prefix, None) if it was bad."""
-    # poll with a timeout rather than block in recv: each poll re-reads the socket's
-    # events, so a wake-up lost on the edge-triggered fd (seen with inproc pipes that
-    # attach while a reader waits) costs at most one interval, never forever
-    while not await sock.poll(RECV_POLL_MS):
-        pass
-    frames = await sock.recv_multipart(copy=False)
+    frames = await recv_frames(sock)
     prefix = frames[:n_prefix]
     sender = prefix[0].bytes.hex() if prefix else "peer"
     if len(frames) <= n_prefix:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import zmq
 
+from ..comm.messaging import recv_frames
 from ..config.roles import EVALUATOR, LEARNER, REPLAY
 from ..envs.make import env_spec
 from ..learning.data_parallel import LearnerGroup, free_port
@@ -188,9 +189,9 @@ class LearnerRole(Role):
     async def _subscribers_loop(self) -> None:
         """Publish again when a subscriber joins (once per burst of joins)."""
         while True:
-            joined = (await self.pub.recv())[:1] == b"\x01"  # \x00: one left
+            joined = (await recv_frames(self.pub))[0].bytes[:1] == b"\x01"  # \x00: one left
             while await self.pub.poll(50):
-                joined |= (await self.pub.recv())[:1] == b"\x01"
+                joined |= (await recv_frames(self.pub))[0].bytes[:1] == b"\x01"
             if joined and self.published_at:
                 await self.publish()
 

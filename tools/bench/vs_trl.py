@@ -94,7 +94,12 @@ def trl(seed: int, work: Path, sft: Path, target: float, max_updates: int, env: 
          "--group", str(GROUP), "--prompts", str(PROMPTS), "--max-completion", str(RESPONSE)],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600)
     wall = time.time() - t0
-    lines = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+    lines = []
+    for x in p.stdout.splitlines():  # the trainer prints its logs as dicts beside ours
+        try:
+            lines.append(json.loads(x))
+        except ValueError:
+            continue
     done = next((x for x in lines if x["event"] == "done"), None)
     if p.returncode or done is None:
         return {"rc": p.returncode, "error": p.stderr[-1500:]}

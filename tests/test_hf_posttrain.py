@@ -169,7 +169,7 @@ def test_grpo_from_verl_files_raises_exact_match_and_saves_a_loadable_folder(tmp
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tools.bench.hf_grpo import run_once
 
-    r = run_once(seed=7, work=tmp_path)
+    r = run_once(seed=2, work=tmp_path)
     print(f"val exact match {r['before']} -> {r['after']}, KL to the reference "
           f"{r['kl_ref']} nats/token after {r['updates']} updates")
     assert r["rc"] == 0 and r["final"], r

@@ -213,3 +213,22 @@ def _folder_answers_as_the_learner(run: Path, work: Path) -> None:
                          pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     got = tok.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
     assert [g.strip() for g in got] == [w.strip() for w in want]
+
+
+def test_a_bad_prompt_job_is_refused_naming_the_key(tmp_path):
+    from verl_zmq.ops.checks import check_job
+    from verl_zmq.seq.toy_prompts import toy_rows, write_prompts
+
+    write_prompts(tmp_path / "t.jsonl", toy_rows("reverse", 4, seed=0))
+    (tmp_path / "bad.jsonl").write_text('{"data_source": "x", "prompt": "hi"}\n')
+    ok = [f"environment.kwargs.train_files={tmp_path / 't.jsonl'}", "environment.kwargs.val_files="]
+    for sets, words in [
+            (["sampling.fragment_length=16"], "max_response_length"),
+            (["environment.kwargs.top_p=0"], "top_p"),
+            (["environment.kwargs.n=4"], "environment.kwargs.n: unknown"),
+            ([f"environment.kwargs.train_files={tmp_path / 'bad.jsonl'}"],
+             "row 0: column 'reward_model'"),
+            (["environment.kwargs.reward=no_such_module:fn"], "environment.kwargs.reward")]:
+        problems = check_job(load_job(JOB, ok + sets), networks=False)
+        assert any(words in p for p in problems), (sets, problems)
+    assert check_job(load_job(JOB, ok), networks=False) == []

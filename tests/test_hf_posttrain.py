@@ -202,6 +202,11 @@ def _folder_answers_as_the_learner(run: Path, work: Path) -> None:
     ours = generate(algo.model, prompt, mask, algo.sampling(greedy=True), algo.eos, algo.pad)
     want = algo.decode(ours.response, ours.mask)
     folder = run / "checkpoints" / "hf"
+    # `verl export --format hf` writes the same folder from any checkpoint file
+    from verl_zmq.ops.export import export
+
+    exported = export(run / "checkpoints" / "latest.pt", "hf", work / "exported")
+    assert (exported / "config.json").is_file() and any(exported.glob("*.safetensors"))
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     texts = [tok.apply_chat_template([{"role": "user", "content": r.messages[0][1]}],
@@ -213,6 +218,8 @@ def _folder_answers_as_the_learner(run: Path, work: Path) -> None:
                          pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     got = tok.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
     assert [g.strip() for g in got] == [w.strip() for w in want]
+    again = AutoModelForCausalLM.from_pretrained(exported).state_dict()
+    assert all(torch.equal(v, again[k]) for k, v in model.state_dict().items())
 
 
 def test_a_bad_prompt_job_is_refused_naming_the_key(tmp_path):

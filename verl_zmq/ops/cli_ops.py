@@ -78,11 +78,13 @@ def record_cmd(checkpoint, episodes, seed, stochastic, output):
 
 @click.command("export")
 @click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["torchscript", "onnx"]), required=True)
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="File to write.")
+@click.option("--format", "fmt", type=click.Choice(["torchscript", "onnx", "hf"]),
+              required=True)
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="File to write (hf: a folder).")
 def export_cmd(checkpoint, fmt, output):
-    """Write CHECKPOINT's deterministic policy (obs normalisation included) as one file."""
+    """Write CHECKPOINT's deterministic policy (obs normalisation included) as one file;
+    a Hugging Face policy's as a model folder (--format hf)."""
     import torch
 
     from .export import export
@@ -92,8 +94,13 @@ def export_cmd(checkpoint, fmt, output):
     try:
         out = export(checkpoint, fmt, output)
     except ImportError as e:
-        _fail(f"--format {fmt} needs the onnx extra (pip install 'verl-zmq[onnx]'): {e}")
-    click.echo(f"wrote {out} ({fmt}, {out.stat().st_size:,} bytes)")
+        _fail(f"--format {fmt} needs the {'llm' if fmt == 'hf' else 'onnx'} extra "
+              f"(pip install 'verl-zmq[{'llm' if fmt == 'hf' else 'onnx'}]'): {e}")
+    except ValueError as e:
+        _fail(str(e))
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) if out.is_dir() \
+        else out.stat().st_size
+    click.echo(f"wrote {out} ({fmt}, {size:,} bytes)")
 
 
 @click.command("serve")

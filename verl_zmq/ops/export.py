@@ -1,6 +1,7 @@
 """A trained policy outside the job: load any checkpoint (step_*.pt, latest.pt,
 best.pt) into its algorithm, and export the deterministic policy, observation
-normalisation included, as a standalone TorchScript or ONNX file."""
+normalisation included, as a standalone TorchScript or ONNX file (a Hugging Face
+policy as a model folder)."""
 
 from __future__ import annotations
 
@@ -156,8 +157,21 @@ class DeterministicPolicy(nn.Module):
 
 
 def export(path: str | Path, fmt: str, out: str | Path) -> Path:
-    """Write the deterministic policy of checkpoint `path` as TorchScript or ONNX."""
+    """Write the deterministic policy of checkpoint `path` as TorchScript or ONNX;
+    a Hugging Face policy's as a model folder (`fmt` "hf": what
+    `from_pretrained` loads)."""
     lp = load_policy(path)
+    if fmt == "hf":
+        from ..checkpoint import save_folder_atomic
+
+        save = getattr(lp.algo, "save_pretrained", None)
+        if save is None:
+            raise ValueError("--format hf is for Hugging Face policies "
+                             "(algorithm.policy.kind = \"hf\"); use torchscript or onnx")
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        save_folder_atomic(save, out)
+        return out
     module = DeterministicPolicy(lp).eval()
     example = module.example()
     out = Path(out)
@@ -175,5 +189,5 @@ def export(path: str | Path, fmt: str, out: str | Path) -> Path:
                               dynamic_shapes=(tuple({0: batch} for _ in example),),
                               dynamo=True, verbose=False)
         else:
-            raise ValueError(f"unknown format {fmt!r} (torchscript, onnx)")
+            raise ValueError(f"unknown format {fmt!r} (torchscript, onnx, hf)")
     return out

@@ -239,3 +239,28 @@ def test_a_bad_prompt_job_is_refused_naming_the_key(tmp_path):
         problems = check_job(load_job(JOB, ok + sets), networks=False)
         assert any(words in p for p in problems), (sets, problems)
     assert check_job(load_job(JOB, ok), networks=False) == []
+
+
+def test_a_raising_or_hanging_scorer_is_counted_and_the_sampler_goes_on():
+    import threading
+
+    from verl_zmq.seq.generate import Scorer
+
+    s = Scorer("tests.test_hf_posttrain:moody_score", "zero", timeout_s=0.3)
+    got = [s("x", text, "t", {}) for text in ("ok", "raise", "hang", "ok", "nan")]
+    assert got == [1.0, None, None, 1.0, None] and s.reward_errors == 3
+    # the hung call was left behind in its thread, still sleeping, not waited out
+    assert sum(t.name == "scorer" and t.is_alive() for t in threading.enumerate()) >= 2
+
+
+def moody_score(data_source, solution_str, ground_truth, extra_info=None):
+    """Scores 1, raises, hangs or returns a non-number, as the response says."""
+    import time
+
+    if solution_str == "raise":
+        raise RuntimeError("a broken scorer")
+    if solution_str == "hang":
+        time.sleep(30)
+    if solution_str == "nan":
+        return float("nan")
+    return 1.0

@@ -4,14 +4,18 @@ sampler role sends what `collect` returns, as it sends a `Collector`'s.
 
 Each fragment holds `num_envs_per_worker / group_size` prompts from this
 sampler's deck, `group_size` responses each (sampled with the KV cache), each
-scored with the job's `compute_score` on the decoded text. A scorer that raises
-or returns no number is counted (`reward_errors`) and scores 0 (`on_error =
-"zero"`) or leaves its response out (`"drop"`: truncated, GRPO skips it).
+scored with the job's `compute_score` on the decoded text. A scorer that raises,
+returns no number or does not return within `reward_timeout_s` is counted
+(`reward_errors`) and scores 0 (`on_error = "zero"`) or leaves its response out
+(`"drop"`: truncated, GRPO skips it).
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,20 +30,58 @@ from .scoring import load_compute_score, score_response
 __all__ = ["GenerateCollector"]
 
 
-class Scorer:
-    """The job's scorer and its failures (what `sampler/reward_errors` reports)."""
+class _Worker:
+    """One daemon thread that runs calls handed to it. A call that does not return
+    in time is abandoned with its thread (a daemon: it cannot keep the process
+    from exiting) and the next call gets a fresh worker."""
 
-    def __init__(self, path: str, on_error: str):
+    def __init__(self) -> None:
+        self.calls: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event]] = \
+            queue.SimpleQueue()
+        threading.Thread(target=self._run, daemon=True, name="scorer").start()
+
+    def _run(self) -> None:
+        while True:
+            fn, box, done = self.calls.get()
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # handed back to the caller, whatever it is
+                box.append((False, e))
+            done.set()
+
+    def call(self, fn: Callable[[], Any], timeout_s: float) -> Any:
+        box: list[Any] = []
+        done = threading.Event()
+        self.calls.put((fn, box, done))
+        if not done.wait(timeout_s):
+            raise TimeoutError(f"the reward function did not return in {timeout_s:g} s")
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+
+class Scorer:
+    """The job's scorer and its failures (what `sampler/reward_errors` reports): each
+    call in a worker thread, bounded by `timeout_s` (a hung scorer is counted and
+    left behind; the sampler goes on)."""
+
+    def __init__(self, path: str, on_error: str, timeout_s: float = 10.0):
         self.fn = load_compute_score(path, "environment.kwargs.reward")
         self.on_error = on_error
+        self.timeout_s = timeout_s
         self.reward_errors = 0
         self.metrics: dict[str, list[float]] = {}
+        self.worker = _Worker()
 
     def __call__(self, source: str, text: str, truth: str, extra: dict[str, Any]
                  ) -> float | None:
         try:
-            s = score_response(self.fn, source, text, truth, extra)
+            s = self.worker.call(
+                lambda: score_response(self.fn, source, text, truth, extra), self.timeout_s)
         except Exception as e:  # a user's function: any failure is counted, never fatal
+            if isinstance(e, TimeoutError):
+                self.worker = _Worker()  # the hung one keeps its thread; we go on
             self.reward_errors += 1
             if self.reward_errors <= 3 or self.reward_errors % 100 == 0:
                 structlog.get_logger().warning(
@@ -48,7 +90,7 @@ class Scorer:
             return None
         for k, v in s.metrics.items():
             self.metrics.setdefault(k, []).append(v)
-        return s.score
+        return float(s.score)
 
     def close(self) -> None:
         """Nothing to release (the sampler role closes its collector's `venv`)."""
@@ -67,7 +109,8 @@ class GenerateCollector:
         enc = encode_prompts(s.train_files, algo.tok, s)
         self.records, self.ids = enc.records, enc.ids
         self.deck = PromptDeck(len(self.records), worker, workers, job.experiment.seed)
-        self.venv = Scorer(s.reward, s.on_error)  # what the role reports and closes
+        # what the role reports (reward_errors) and closes
+        self.venv = Scorer(s.reward, s.on_error, s.reward_timeout_s)
         self.version = 0
         self.pending: tuple[int, dict] | None = None
         self.steps = 0  # fragment rows generated (a row: one token slot of every response)

@@ -45,6 +45,7 @@ class PromptSettings:
     val_files: str = ""
     reward: str = ""
     on_error: str = "zero"
+    reward_timeout_s: float = 10.0  # a scorer call that takes longer is counted, scored as on_error
     group_size: int = 8
     max_prompt_length: int = 64
     max_response_length: int = 32
@@ -82,6 +83,8 @@ def prompt_settings(kwargs: Mapping[str, Any], where: str = "environment.kwargs"
     for k in ("group_size", "max_prompt_length", "max_response_length", "val_n"):
         if getattr(s, k) < 1:
             raise ValueError(f"{where}.{k}: must be at least 1")
+    if s.reward_timeout_s <= 0:
+        raise ValueError(f"{where}.reward_timeout_s: must be positive")
     if s.temperature <= 0 or not 0 < s.top_p <= 1 or s.top_k < 0:
         raise ValueError(f"{where}: temperature > 0, 0 < top_p <= 1 and top_k >= 0 expected")
     return s

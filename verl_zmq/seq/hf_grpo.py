@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,25 @@ from .scoring import load_compute_score, mean_at_n, score_response
 __all__ = ["HFGRPO", "prompt_tensors"]
 
 Arrays = Mapping[str, np.ndarray]
+
+
+@dataclass
+class _Batch:
+    """One update's responses [N, ...]: left-padded prompts and their mask, the
+    responses and their mask, behaviour and reference log-probabilities,
+    advantages, which tokens are learned from and which responses counted, and
+    the estimator's metrics."""
+
+    prompt: torch.Tensor
+    pmask: torch.Tensor
+    resp: torch.Tensor
+    rmask: torch.Tensor
+    old: torch.Tensor
+    adv: torch.Tensor
+    ref: torch.Tensor | None
+    learn: np.ndarray
+    counted: np.ndarray
+    stats: dict[str, float]
 
 
 def prompt_tensors(prompt: np.ndarray, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -207,10 +227,10 @@ class HFGRPO(Algorithm):
         for lo in range(0, len(order), per):
             yield order[lo:lo + per]
 
-    def learn(self, batch: Arrays, at: Progress = START) -> Learned:
+    def _prepare(self, batch: Arrays) -> _Batch:
+        """A batch's responses as tensors [N, ...], their advantages (the job's
+        estimator), the reference's log-probabilities, and what was counted."""
         p = self.params
-        for g in self.opt.param_groups:
-            g["lr"] = p.learning_rate
         term = np.asarray(batch["terminated"], bool)
         trunc = np.asarray(batch["truncated"], bool)
         valid = np.asarray(batch["valid"], bool)
@@ -240,51 +260,63 @@ class HFGRPO(Algorithm):
         est = self.advantage_fn(AdvantageInput(b, p, _no_values, ordinal, how,
                                                self.group_size, self.max_response))
         counted = how[:, 0] == 1  # one response per column: its first episode
-        learn = (valid & counted[None]).T  # [N, T]
-        adv = torch.as_tensor(np.asarray(est.adv).T.copy())
-        old = torch.as_tensor(np.asarray(batch["logp"], np.float32).T.copy())
-        ref_t = torch.as_tensor(ref.T.copy()) if ref is not None else None
+        return _Batch(prompt, pmask, resp, rmask,
+                      old=torch.as_tensor(np.asarray(batch["logp"], np.float32).T.copy()),
+                      adv=torch.as_tensor(np.asarray(est.adv).T.copy()),
+                      ref=torch.as_tensor(ref.T.copy()) if ref is not None else None,
+                      learn=(valid & counted[None]).T, counted=counted,
+                      stats={**stats, **est.stats})
+
+    def _step(self, r: _Batch, idx: np.ndarray, params: list[torch.Tensor]
+              ) -> dict[str, float]:
+        """One optimiser step on the responses `idx`; its statistics."""
+        p = self.params
+        low, high = p.clip_low, p.clip_high
+        m = torch.as_tensor(r.learn[idx])
+        new = self._logprobs(r.prompt[idx], r.pmask[idx], r.resp[idx], r.rmask[idx])
+        mb = {"seq": torch.as_tensor(idx)[:, None].expand_as(m)[m]}
+        new_f, old_f, adv_f = new[m], r.old[idx][m], r.adv[idx][m]
+        pg, ratio = self.policy_loss_fn(new_f, old_f, adv_f, low, high, p.clip_ratio_c)
+        loss = self.aggregate(pg, mb, self.horizon)
+        step: dict[str, float] = {"losses/policy_loss": float(loss.detach())}
+        if r.ref is not None and p.kl_in == "loss":
+            kl = self.aggregate(self.kl_fn(new_f, r.ref[idx][m]), mb, self.horizon)
+            loss = loss + self.kl_ctl.value * kl
+            step["actor/kl_loss"] = step["losses/kl_ref"] = float(kl.detach())
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        step["losses/grad_norm"] = float(clip_grad_norm(params, p.max_grad_norm))
+        self.opt.step()
+        with torch.no_grad():
+            log_ratio = new_f - old_f
+            clipped = float(((ratio < 1 - low) | (ratio > 1 + high)).float().mean())
+            step |= {"actor/pg_clipfrac": clipped, "losses/clip_fraction": clipped,
+                     "actor/ppo_kl": float(-log_ratio.mean()),
+                     "losses/approx_kl": float(((ratio - 1) - log_ratio).mean())}
+        return step
+
+    def learn(self, batch: Arrays, at: Progress = START) -> Learned:
+        p = self.params
+        for g in self.opt.param_groups:
+            g["lr"] = p.learning_rate
+        r = self._prepare(batch)
         sums: dict[str, float] = {}
         count = 0
-        low, high = p.clip_low, p.clip_high
         params = [t for t in self.model.parameters() if t.requires_grad]
         self.model.train(False)  # dropout stays off: the samplers' log-probs had none
         for _ in range(p.n_epochs):
-            for idx in self._minibatches(counted, learn.sum(1)):
-                m = torch.as_tensor(learn[idx])
-                new = self._logprobs(prompt[idx], pmask[idx], resp[idx], rmask[idx])
-                seq = torch.as_tensor(idx)[:, None].expand_as(m)[m]
-                mb = {"seq": seq}
-                new_f, old_f, adv_f = new[m], old[idx][m], adv[idx][m]
-                pg, ratio = self.policy_loss_fn(new_f, old_f, adv_f, low, high, p.clip_ratio_c)
-                loss = self.aggregate(pg, mb, self.horizon)
-                step: dict[str, float] = {"losses/policy_loss": float(loss.detach())}
-                if ref_t is not None and p.kl_in == "loss":
-                    kl = self.aggregate(self.kl_fn(new_f, ref_t[idx][m]), mb, self.horizon)
-                    loss = loss + self.kl_ctl.value * kl
-                    step["actor/kl_loss"] = step["losses/kl_ref"] = float(kl.detach())
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
-                step["losses/grad_norm"] = float(clip_grad_norm(params, p.max_grad_norm))
-                self.opt.step()
-                with torch.no_grad():
-                    log_ratio = new_f - old_f
-                    clipped = float(((ratio < 1 - low) | (ratio > 1 + high)).float().mean())
-                    step |= {"actor/pg_clipfrac": clipped, "losses/clip_fraction": clipped,
-                             "actor/ppo_kl": float(-log_ratio.mean()),
-                             "losses/approx_kl": float(((ratio - 1) - log_ratio).mean())}
-                for k, v in step.items():
+            for idx in self._minibatches(r.counted, r.learn.sum(1)):
+                for k, v in self._step(r, idx, params).items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
         self.updates += 1
         out = {k: v / max(count, 1) for k, v in sums.items()}
         out["charts/learning_rate"] = p.learning_rate
-        out["charts/batch_steps"] = float(learn.sum())
-        if ref is not None:
+        out["charts/batch_steps"] = float(r.learn.sum())
+        if r.ref is not None:
             out["actor/kl_coef"] = self.kl_ctl.value
-            self.kl_ctl.update(stats.get("charts/kl_ref", 0.0), int(counted.sum()))
-        out.update(stats)
-        out.update(est.stats)
+            self.kl_ctl.update(r.stats.get("charts/kl_ref", 0.0), int(r.counted.sum()))
+        out.update(r.stats)
         out.update(self.filter_stats)
         return Learned(out)
 

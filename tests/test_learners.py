@@ -131,9 +131,10 @@ def test_a_killed_learner_makes_the_group_form_again_and_the_job_reach_its_targe
     run = tmp_path / "run"
     # to its budget, not to 475: a run that reached 475 just after the kill would end
     # before the group formed again, while a broken group trains no further, so the
-    # budget cannot run out before it has
+    # budget cannot run out before it has. 60k steps: three times what two learners
+    # take to 475 on the mean (tools/bench/learners.py), the kill's setback included
     proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "training.num_learners=2",
-                     "checkpoint.interval_steps=4000")
+                     "checkpoint.interval_steps=4000", "training.total_timesteps=60000")
     logs = run / "logs"
     try:
         wait_for(lambda: any(e.get("event") == "checkpoint_saved"

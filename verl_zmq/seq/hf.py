@@ -179,7 +179,7 @@ def generate(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor, s: Sam
 
     n = 1 if s.greedy else s.n
     gc = GenerationConfig(do_sample=not s.greedy, max_new_tokens=s.max_new_tokens,
-                          min_new_tokens=1, pad_token_id=pad, eos_token_id=eos,
+                          pad_token_id=pad, eos_token_id=eos,
                           temperature=s.temperature if not s.greedy else None,
                           top_p=s.top_p if not s.greedy else None,
                           top_k=(s.top_k or None) if not s.greedy else None,

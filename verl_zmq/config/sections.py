@@ -35,7 +35,9 @@ class Environment:
     id: str = "CartPole-v1"  # a registered gymnasium id, or module:Class
     kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
     max_episode_steps: int = 0  # 0: the env's own limit
-    vectorization: Literal["auto", "native", "sync"] = "auto"  # auto: native when it exists
+    # auto: native when it exists; "threads": the envs of a vector step at once, in
+    # threads (envs that wait on something outside the process)
+    vectorization: Literal["auto", "native", "sync", "threads"] = "auto"
     normalize_obs: bool = False  # running mean/std, merged by the learner, sent with params
     clip_obs: float = 10.0  # normalised observations are clipped to +-clip_obs
     # on-policy learners: rewards divided by the running std of discounted returns

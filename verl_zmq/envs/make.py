@@ -199,8 +199,8 @@ def env_seeds(job_seed: int, worker_index: int, num_envs: int) -> list[int]:
 
 
 def _native_ok(cfg: Environment, env_id: str) -> bool:
-    if cfg.vectorization == "sync" or cfg.reward_fn or cfg.max_episode_steps or cfg.preset \
-            or cfg.frame_stack or cfg.wrappers:
+    if cfg.vectorization in ("sync", "threads") or cfg.reward_fn or cfg.max_episode_steps \
+            or cfg.preset or cfg.frame_stack or cfg.wrappers:
         return False
     return gym.spec(env_id).vector_entry_point is not None
 
@@ -217,6 +217,10 @@ def make_vector_env(cfg: Environment, num_envs: int, seed: int,
     seeds = env_seeds(seed, worker_index, num_envs)
     if cfg.step_timeout_s > 0:  # envs that may hang or crash: worker processes, guarded
         return GuardedVectorEnv(cfg, num_envs, seeds, make_env), seeds
+    if cfg.vectorization == "threads":  # envs that wait: a vector step at once
+        from .threads import ThreadVectorEnv
+
+        return ThreadVectorEnv([lambda: make_env(cfg) for _ in range(num_envs)]), seeds
     if cfg.vectorization != "sync" and _native_ok(cfg, env_id):
         try:
             venv = gym.make_vec(env_id, num_envs, vectorization_mode="vector_entry_point",

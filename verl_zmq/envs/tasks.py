@@ -9,6 +9,11 @@ gymnasium ids when `envs.make` is imported.
   `goal_index=True` the goal is a `Discrete(size * size)` cell index instead.
   Reaching the goal pays shortest path / steps taken, so the optimal return is
   1.0 per episode.
+- `verl/Waiting-v0`: an env that waits `latency_ms` per step without using the
+  CPU (`time.sleep`, as an env waiting on a simulator, a robot or a socket
+  would), with trivial dynamics: a random Box(4) observation, Discrete(2)
+  actions, 1 for the action that matches the sign of the first feature,
+  episodes of `length` steps (optimal return `length`).
 - `verl/JointChoice-v0`: each step shows a cue (one of 3 x 3, one-hot) and
   takes a MultiDiscrete([3, 3]) action; only both parts right pay 1. Episodes
   of `length` steps: the optimal return is `length`.
@@ -16,6 +21,7 @@ gymnasium ids when `envs.make` is imported.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -107,11 +113,40 @@ class JointChoice(gym.Env):
         return self._obs(), r, self.t >= self.length, False, {}
 
 
+class Waiting(gym.Env):
+    """Steps that wait `latency_ms` without the CPU, trivial dynamics (see the module)."""
+
+    def __init__(self, latency_ms: float = 5.0, length: int = 200):
+        self.latency_s = latency_ms / 1000.0
+        self.length = length
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+        self.obs = np.zeros(4, np.float32)
+
+    def _draw(self) -> np.ndarray:
+        self.obs = self.np_random.uniform(-1, 1, 4).astype(np.float32)
+        return self.obs
+
+    def reset(self, *, seed: int | None = None, options: Any = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._draw(), {}
+
+    def step(self, action):
+        if self.latency_s > 0:
+            time.sleep(self.latency_s)
+        r = float(int(action) == int(self.obs[0] > 0))
+        self.t += 1
+        return self._draw(), r, False, self.t >= self.length, {}
+
+
 def register() -> None:
     for env_id, entry, kw in (
             ("verl/CartPoleNoVel-v1", CartPoleNoVel, {"max_episode_steps": 500}),
             ("verl/GoalGrid-v0", GoalGrid, {}),
-            ("verl/JointChoice-v0", JointChoice, {})):
+            ("verl/JointChoice-v0", JointChoice, {}),
+            ("verl/Waiting-v0", Waiting, {})):
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry, **kw)
 

@@ -1,0 +1,60 @@
+"""A vector env whose envs step at the same time in threads: for envs that wait
+rather than compute (a simulator in another process, a robot, a game server, a
+reward model behind a socket), whose waits release the GIL. With E such envs a
+vector step takes about one env's wait, not E of them.
+
+`environment.vectorization = "threads"`. It is gymnasium's `SyncVectorEnv`
+(NEXT_STEP autoreset, the same observations, infos and seeding) with each
+vector step's env calls, steps and autoresets alike, run first in a thread pool
+and their results handed to the sync loop in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector.utils import iterate
+
+__all__ = ["ThreadVectorEnv"]
+
+
+class _Ahead(gym.Wrapper):
+    """Hands back a result computed ahead (in a pool thread) in place of the call."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.ready: Any = None
+
+    def step(self, action: Any) -> Any:
+        out, self.ready = self.ready, None
+        return out if out is not None else self.env.step(action)
+
+    def reset(self, **kw: Any) -> Any:
+        out, self.ready = self.ready, None
+        return out if out is not None and not kw else self.env.reset(**kw)
+
+
+class ThreadVectorEnv(gym.vector.SyncVectorEnv):
+    """`SyncVectorEnv` whose envs take each vector step at once, in threads."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], **kw: Any):
+        super().__init__([lambda f=f: _Ahead(f()) for f in env_fns], **kw)
+        self.pool = ThreadPoolExecutor(max_workers=len(env_fns), thread_name_prefix="env")
+
+    def step(self, actions: Any) -> Any:
+        def ahead(i: int, action: Any) -> None:
+            env = self.envs[i]
+            env.ready = env.env.reset() if self._autoreset_envs[i] else env.env.step(action)
+
+        acts = list(iterate(self.action_space, actions))
+        # every env's call at once; .result() re-raises an env's error here
+        for f in [self.pool.submit(ahead, i, a) for i, a in enumerate(acts)]:
+            f.result()
+        return super().step(actions)
+
+    def close_extras(self, **kw: Any) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        super().close_extras(**kw)

@@ -83,8 +83,11 @@ class GradMixer:
         try:  # bounded: a stopping loop never runs the round, and the update goes on alone
             mean, out = fut.result(timeout=2 * self.deadline_s + 5.0)
         except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError,
-                RuntimeError):
+                RuntimeError) as e:
             fut.cancel()
+            # said, not silent: this update's gradient was this peer's alone
+            self.node.log.warning("gradient_round_abandoned", update=self.update,
+                                  reason=type(e).__name__)
             return scalars
         if params is not None:
             set_flat_grad(params, torch.from_numpy(mean))

@@ -95,19 +95,17 @@ def test_a_killed_peer_stalls_the_rounds_at_most_a_deadline_at_a_time(grad_run):
 @pytest.mark.timeout(900)
 def test_gradient_rounds_keep_the_peers_parameters_identical(grad_run):
     logs = grad_run["run"] / "logs"
+    # a round without every peer (one missed its deadline, a round could not run, or a
+    # peer did not know all the others yet) leaves the parameters apart until the next
+    # parameter round: said in the logs, and then nothing to compare
     alone = [e for i in range(4) for name in ("gradient_round_partial",
-                                              "gradient_round_abandoned")
+                                              "gradient_round_abandoned",
+                                              "gradient_round_short")
              for e in _ev(logs / f"peer-{i}.jsonl", name) if e["ts"] < grad_run["killed_at"]]
     if alone:
         pytest.skip("a round before the kill went without a peer (a loaded machine)")
-    # until every peer knows every other, a peer's first updates may be its own: the
-    # parameters are one set from the first gossip round that mixed all four
-    mixed = [e["version"] for i in range(4)
-             for e in _ev(logs / f"peer-{i}.jsonl", "gossip_round_mixed")
-             if len(e["sources"]) == 3 and e["ts"] < grad_run["killed_at"]]
-    first = min(mixed, default=0)
     evs = [e for e in _ev(logs / "evaluator-0.jsonl", "evaluated")
-           if e["ts"] < grad_run["killed_at"] and e["version"] > 0 and e["version"] >= first]
+           if e["ts"] < grad_run["killed_at"] and e["version"] > 0]
     assert _shared(evs), evs
     # and one version is one set of parameters, whoever holds it
     by_version: dict[int, set[str]] = {}

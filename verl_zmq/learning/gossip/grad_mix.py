@@ -52,9 +52,10 @@ FIRST_ROUND_DEADLINES = 10  # the first round waits this many deadlines at most
 class GradMixer:
     """Rounds of gradient averaging for one peer; its `GossipNode` owns it."""
 
-    def __init__(self, node: MixNode, deadline_s: float):
+    def __init__(self, node: MixNode, deadline_s: float, peers: int = 0):
         self.node = node
         self.deadline_s = deadline_s
+        self.peers = peers  # the job's peers (0: not said), for `_note_short`
         self.loop = asyncio.get_running_loop()
         self.update = -1  # the update the current round belongs to
         self.step = 0
@@ -137,6 +138,15 @@ class GradMixer:
         # restart): this round goes on without it, and it jumps to ours when it opens
         return not box or max(box) // STRIDE >= self.update - 1
 
+    def _note_short(self, key: int) -> None:
+        """Say a round among fewer peers than the job has (some not known yet): its
+        mean is theirs alone, and the parameters differ until the next parameter
+        round."""
+        node, want = self.node, self.peers
+        if len(node.peers) + 1 < want:
+            node.log.info("gradient_round_short", round=key, known=len(node.peers) + 1,
+                          peers=want)
+
     async def round(self, flat: np.ndarray, scalars: dict[str, float],
                     opens: bool) -> tuple[np.ndarray, dict[str, float]]:
         node = self.node
@@ -152,6 +162,7 @@ class GradMixer:
         key = self.key
         send_to, hear_from = round_graph(node.id, node.peers, key)
         first = self.stats["grad_rounds"] == 0
+        self._note_short(key)
         for pid in hear_from:
             if pid not in self.seen:  # a newcomer: waited for once it keeps up
                 self.seen.add(pid)

@@ -77,7 +77,8 @@ class GossipNode:
         self.bootstrapped = asyncio.Event()
         deadline = G.round_deadline_s or self.job.launch.liveness_timeout_s
         self.mixer = RoundMixer(self, deadline) if G.mixing in ("exact", "gradients") else None
-        self.grads = GradMixer(self, deadline) if G.mixing == "gradients" else None
+        self.grads = GradMixer(self, deadline, job.launch.peers) \
+            if G.mixing == "gradients" else None
 
     # -- who is out there ---------------------------------------------------------------
 

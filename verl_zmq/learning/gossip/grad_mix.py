@@ -56,6 +56,7 @@ class GradMixer:
         self.node = node
         self.deadline_s = deadline_s
         self.peers = peers  # the job's peers (0: not said), for `_note_short`
+        self.short = False  # the last round had fewer peers than the job
         self.loop = asyncio.get_running_loop()
         self.update = -1  # the update the current round belongs to
         self.step = 0
@@ -143,9 +144,11 @@ class GradMixer:
         mean is theirs alone, and the parameters differ until the next parameter
         round."""
         node, want = self.node, self.peers
-        if len(node.peers) + 1 < want:
+        short = len(node.peers) + 1 < want
+        if short and not self.short:  # once, when it starts: not once a round
             node.log.info("gradient_round_short", round=key, known=len(node.peers) + 1,
                           peers=want)
+        self.short = short
 
     async def round(self, flat: np.ndarray, scalars: dict[str, float],
                     opens: bool) -> tuple[np.ndarray, dict[str, float]]:

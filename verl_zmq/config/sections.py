@@ -35,8 +35,7 @@ class Environment:
     id: str = "CartPole-v1"  # a registered gymnasium id, or module:Class
     kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
     max_episode_steps: int = 0  # 0: the env's own limit
-    # auto: native when it exists; "threads": the envs of a vector step at once, in
-    # threads (envs that wait on something outside the process)
+    # auto: native if any; threads: a vector step's envs at once (envs that wait)
     vectorization: Literal["auto", "native", "sync", "threads"] = "auto"
     normalize_obs: bool = False  # running mean/std, merged by the learner, sent with params
     clip_obs: float = 10.0  # normalised observations are clipped to +-clip_obs
@@ -102,8 +101,7 @@ class Policy:
 
     # "mlp" for vector observations; "transformer": a causal transformer over token
     # observations (sequence tasks), its value head on the same trunk when shared_trunk
-    # "hf": a Hugging Face causal LM (the `llm` extra, seq/hf.py) that samplers run
-    # `generate` with, on a prompt file (environment id "verl/Prompts-v0")
+    # "hf": a Hugging Face causal LM answering prompt files (seq/hf.py, verl/Prompts-v0)
     kind: Literal["mlp", "transformer", "hf"] = "mlp"
     # image observations: a convolutional encoder before the heads (pixels/cnn.py)
     encoder: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"

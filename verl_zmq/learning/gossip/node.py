@@ -57,8 +57,7 @@ class GossipNode:
         self.gossip_sock, self.endpoint = transport.bind(zmq.ROUTER, "gossip", hwm=100)
         self.peers: dict[str, wire.Member] = {}
         self.dead: dict[str, float] = {}
-        # neighbour -> (endpoint, DEALER)
-        self.out: dict[str, tuple[str, zmq.asyncio.Socket]] = {}
+        self.out: dict[str, tuple[str, zmq.asyncio.Socket]] = {}  # neighbour: endpoint, DEALER
         self.busy: set[str] = set()
         # sockets to close once their exchange ends
         self.orphans: dict[str, list[zmq.asyncio.Socket]] = {}
@@ -77,8 +76,8 @@ class GossipNode:
         self.bootstrapped = asyncio.Event()
         deadline = G.round_deadline_s or self.job.launch.liveness_timeout_s
         self.mixer = RoundMixer(self, deadline) if G.mixing in ("exact", "gradients") else None
-        self.grads = GradMixer(self, deadline, job.launch.peers) \
-            if G.mixing == "gradients" else None
+        grads = G.mixing == "gradients"
+        self.grads = GradMixer(self, deadline, job.launch.peers) if grads else None
 
     # -- who is out there ---------------------------------------------------------------
 

@@ -12,6 +12,24 @@ from ..envs.spaces import split
 from ..normalize import obs_norm
 
 
+def swap_params(c) -> dict | None:
+    """A collector's pending params (`c.pending`: version, arrays) into its policy
+    copy when they are new: version and swap counted, the arrays returned; None
+    when nothing new came or they did not fit (`rejected_params` counted)."""
+    pending, c.pending = c.pending, None
+    if pending is None or pending[0] == c.version:
+        return None
+    version, arrays = pending
+    try:
+        c.algo.load_policy_arrays(arrays)
+    except ValueError:
+        c.rejected_params += 1
+        return None
+    c.version = version
+    c.swaps += 1
+    return arrays
+
+
 class Collector:
     """Steps the vector env and cuts fixed-length columnar fragments (no I/O)."""
 
@@ -75,19 +93,11 @@ class Collector:
 
     def swap(self) -> None:
         """Load params that arrived, if they are new (or the first)."""
-        pending, self.pending = self.pending, None
-        if pending is None or pending[0] == self.version:
-            return
-        version, arrays = pending
-        try:
-            self.algo.load_policy_arrays(arrays)
-        except ValueError:
-            self.rejected_params += 1
+        arrays = swap_params(self)
+        if arrays is None:
             return
         if self.norm:
             self.rms.load_arrays(arrays)
-        self.version = version
-        self.swaps += 1
         self.cached = None  # act again with the new params
 
     def _act(self, obs):

@@ -23,6 +23,7 @@ import structlog
 import torch
 
 from ..batch import PROMPT
+from ..sampling.collector import swap_params
 from .hf import generate, pad_left
 from .prompts import PromptDeck, encode_prompts
 from .scoring import load_compute_score, score_response
@@ -121,17 +122,7 @@ class GenerateCollector:
 
     def swap(self) -> None:
         """Load params that arrived, if they are new (or the first)."""
-        pending, self.pending = self.pending, None
-        if pending is None or pending[0] == self.version:
-            return
-        version, arrays = pending
-        try:
-            self.algo.load_policy_arrays(arrays)
-        except ValueError:
-            self.rejected_params += 1
-            return
-        self.version = version
-        self.swaps += 1
+        swap_params(self)
 
     def collect(self) -> tuple[dict[str, np.ndarray], int]:
         """One fragment of whole groups; (arrays, the policy version they came from)."""

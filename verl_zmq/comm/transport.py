@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import random
 import stat
@@ -84,6 +85,46 @@ def candidate_ports(lo: int, hi: int, reserved: frozenset[int] = frozenset(),
     return random.sample(ports, len(ports) if limit is None else min(len(ports), limit))
 
 
+# socket kinds that receive messages (not only commands): a connection of theirs
+# whose reader stalls has its input stopped with a full pipe
+_RECEIVING = frozenset({zmq.SUB, zmq.XSUB, zmq.PULL, zmq.DEALER, zmq.REQ, zmq.REP,
+                        zmq.ROUTER, zmq.PAIR})
+
+
+def liveness_options(kind: int, server: bool, heartbeat_ms: int,
+                     dead_after_ms: int) -> dict[int, int]:
+    """Socket options that drop a connection silent for `dead_after_ms`, so traffic
+    resumes at once after a partition heals and a peer gone without a FIN stops
+    holding a pipe (nothing when `heartbeat_ms` is 0).
+
+    ZMTP heartbeats everywhere but on a connecting socket that receives (SUB,
+    PULL, DEALER), and no TTL in a bound socket's pings: libzmq 4.3.5 aborts
+    (`Assertion failed: _input_stopped`, stream_engine_base.cpp) when a heartbeat
+    timer closes a connecting socket's connection while its reader stalls with a
+    full pipe, the session dials again, and the reader then drains: the new
+    connection is told to restart an input it never stopped
+    (tools/faults/zmq_abort.py reproduces it). Such sockets notice a dead peer from
+    the kernel instead: keepalive probes while the connection is idle, and
+    TCP_USER_TIMEOUT (ZMQ_TCP_MAXRT) for data left unacknowledged; a closed
+    connection is seen when the engine next reads, never while its input is
+    stopped."""
+    if not heartbeat_ms:
+        return {}
+    if server:
+        return {zmq.HEARTBEAT_IVL: heartbeat_ms, zmq.HEARTBEAT_TIMEOUT: dead_after_ms}
+    # a dial into a partition is given up after as long and tried afresh, so the
+    # first try after the heal is not a SYN in its exponential backoff
+    opts = {zmq.CONNECT_TIMEOUT: dead_after_ms}
+    if kind not in _RECEIVING:
+        return opts | {zmq.HEARTBEAT_IVL: heartbeat_ms, zmq.HEARTBEAT_TIMEOUT: dead_after_ms,
+                       zmq.HEARTBEAT_TTL: dead_after_ms}
+    probe_s = max(1, round(heartbeat_ms / 1000))  # keepalive counts whole seconds
+    return opts | {zmq.TCP_KEEPALIVE: 1, zmq.TCP_KEEPALIVE_IDLE: probe_s,
+                   zmq.TCP_KEEPALIVE_INTVL: probe_s,
+                   zmq.TCP_KEEPALIVE_CNT: max(1, math.ceil(dead_after_ms / 1000 / probe_s) - 1),
+                   zmq.TCP_MAXRT: dead_after_ms}
+
+
 class Transport:
     """Makes, binds and connects the sockets of one role process.
 
@@ -141,13 +182,10 @@ class Transport:
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.SNDHWM, hwm)
         s.setsockopt(zmq.RCVHWM, hwm)
-        if self.heartbeat_ms and not self.inproc:
-            s.setsockopt(zmq.HEARTBEAT_IVL, self.heartbeat_ms)
-            s.setsockopt(zmq.HEARTBEAT_TIMEOUT, self.dead_after_ms)
-            s.setsockopt(zmq.HEARTBEAT_TTL, self.dead_after_ms)
-            # a dial into a partition is given up after as long and tried afresh, so
-            # the first try after the heal is not a SYN in its exponential backoff
-            s.setsockopt(zmq.CONNECT_TIMEOUT, self.dead_after_ms)
+        if not self.inproc:
+            for opt, value in liveness_options(kind, server, self.heartbeat_ms,
+                                               self.dead_after_ms).items():
+                s.setsockopt(opt, value)
         if kernel_buffer:
             s.setsockopt(zmq.SNDBUF, kernel_buffer)
             s.setsockopt(zmq.RCVBUF, kernel_buffer)

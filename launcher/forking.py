@@ -77,19 +77,24 @@ class ForkServer:
         self.lock = asyncio.Lock()  # one request at a time: replies come in order
         self.loop.add_reader(sock.fileno(), self._readable)
         self.poller: asyncio.Task | None = None
+        self.trainers = False  # the torch zygote: its children have torch imported
 
     @classmethod
-    async def start(cls, err_path, timeout_s: float = 60.0) -> ForkServer | None:
-        """Start the server and wait for it to be ready; None when it cannot."""
+    async def start(cls, err_path, timeout_s: float = 60.0,
+                    trainers: bool = False) -> ForkServer | None:
+        """Start the server (with `trainers`, the torch zygote that forks learners
+        and peers) and wait for it to be ready; None when it cannot."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with open(err_path, "ab") as err:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "verl_zmq.forkserver", str(theirs.fileno()),
+                *(["--torch"] if trainers else []),
                 pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True)
         theirs.close()
         ours.setblocking(False)
         server = cls(proc, ours)
+        server.trainers = trainers
         try:
             async with asyncio.timeout(timeout_s):
                 ready = await server.replies.get()

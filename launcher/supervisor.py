@@ -190,6 +190,8 @@ class Supervisor:
         up = time.monotonic() - rp.started_at
         if not role_traits(rp.placement.role).trains:
             return up >= SPARE_AFTER_S
+        if rp.forks is not None and rp.forks.alive and rp.forks.trainers:
+            return up >= SPARE_AFTER_S  # a fork of the zygote: nothing to import
         trained = rp.placement.member_id in self.view.trained
         return (up >= SPARE_AFTER_S and trained) or up >= SPARE_FALLBACK_S
 
@@ -237,15 +239,19 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.on_signal, sig)
-        forks = await self._fork_server()
-        watchers = []
+        zygote = asyncio.create_task(self._fork_server(trainers=True))
+        servers = [s for s in [await self._fork_server()] if s is not None]
+        watchers, later = [], []
         for rp in sorted(self.procs, key=lambda rp: role_traits(rp.placement.role).start_order):
-            await rp.start()
-            self.log.info("role_started", member=rp.placement.member_id,
-                          member_role=rp.placement.role,
-                          host=self.plan.host_of(rp.placement).address, pid=rp.proc.pid,
-                          forked=isinstance(rp.proc, ForkedProcess))
-            watchers.append(asyncio.create_task(self._watch(rp)))
+            if self._forked_trainer(rp):  # once the zygote is ready (or gone)
+                later.append(rp)
+                continue
+            watchers.append(await self._start_role(rp))
+        if (torch_forks := await zygote) is not None:
+            servers.append(torch_forks)
+        for rp in later:
+            rp.forks = torch_forks or rp.forks
+            watchers.append(await self._start_role(rp))
         progress = asyncio.create_task(self._progress_loop())
         spares = asyncio.create_task(self._spares_loop())
         while not self.stopping and not self._done():
@@ -254,7 +260,7 @@ class Supervisor:
                 async with asyncio.timeout(1.0):
                     await self.wake.wait()
         await self._stop_all(finishing=not self.stopping)
-        if forks is not None:
+        for forks in servers:
             forks.close()
             with contextlib.suppress(TimeoutError):  # reaped while the loop runs
                 async with asyncio.timeout(5):
@@ -271,19 +277,40 @@ class Supervisor:
         self.term.end()
         return self.outcome
 
-    async def _fork_server(self) -> ForkServer | None:
+    async def _start_role(self, rp: RoleProcess) -> asyncio.Task:
+        """Start `rp`; the task that watches it."""
+        await rp.start()
+        self.log.info("role_started", member=rp.placement.member_id,
+                      member_role=rp.placement.role,
+                      host=self.plan.host_of(rp.placement).address, pid=rp.proc.pid,
+                      forked=isinstance(rp.proc, ForkedProcess))
+        return asyncio.create_task(self._watch(rp))
+
+    def _local(self, trainers: bool | None = None) -> list[RoleProcess]:
+        """This host's roles (only the trainers, or only the others)."""
+        return [rp for rp in self.procs if self.plan.host_of(rp.placement).is_local
+                and trainers in (None, role_traits(rp.placement.role).trains)]
+
+    def _forked_trainer(self, rp: RoleProcess) -> bool:
+        return self.job.launch.fork_server and rp in self._local(trainers=True)
+
+    async def _fork_server(self, trainers: bool = False) -> ForkServer | None:
         """The fork server for this host's roles (`launch.fork_server`), handed to
-        each of them; None (every role exec'd) when it is off or cannot start."""
-        local = [rp for rp in self.procs if self.plan.host_of(rp.placement).is_local]
+        each of them; None (every role exec'd) when it is off or cannot start.
+        With `trainers`, the torch zygote, handed to the trainers (and their
+        spares) instead: they start with torch imported."""
+        local = self._local(trainers=True) if trainers else self._local()
         if not self.job.launch.fork_server or not local:
             return None
-        forks = await ForkServer.start(self.logs / "forkserver.err")
+        err = self.logs / ("forkserver-torch.err" if trainers else "forkserver.err")
+        forks = await ForkServer.start(err, trainers=trainers)
         if forks is None:
-            self.log.warning("fork_server_unavailable", error=_last_lines(
-                self.logs / "forkserver.err", 3), fallback="each role its own interpreter")
+            self.log.warning("fork_server_unavailable", error=_last_lines(err, 3), torch=trainers,
+                             fallback="trainers import torch after their fork" if trainers
+                             else "each role its own interpreter")
             return None
-        self.log.info("fork_server_started", pid=forks.proc.pid, roles=len(local))
-        for rp in local:
+        self.log.info("fork_server_started", pid=forks.proc.pid, roles=len(local), torch=trainers)
+        for rp in [] if trainers else local:  # the zygote's are handed it in run()
             rp.forks = forks
         return forks
 

@@ -10,10 +10,16 @@ from that warm process, as multiprocessing's forkserver does with preloading:
   then serves requests: a JSON message (the role's `verl_zmq.cli` argv, its
   environment) and three file descriptors passed along
   (SCM_RIGHTS: the read end of the role's stdin pipe, its log and its stderr);
-- the server never imports torch: a role that needs it (a learner) imports it
-  after the fork, so torch's threads never meet a fork, and a torch-free role
-  forked later (a restarted sampler) carries none of torch's address space
-  into its `resources.<role>.memory` limit;
+- the server never imports torch, so a torch-free role forked later (a
+  restarted sampler) carries none of torch's address space into its
+  `resources.<role>.memory` limit; a second server started with `--torch` (the
+  torch zygote) imports torch and the trainers' modules from the launcher's
+  first moment, beside the first one and the samplers, and forks the trainers
+  (learners, DAPO peers) and their warm spares ready to train: importing torch
+  (and the torch._dynamo an optimiser pulls in) is seconds of a core, which a
+  learner forked after the import would spend before its first update. It
+  forks only while it is one thread (torch starts none on import when BLAS is
+  held to one thread, as `blas` does), so no lock is held across a fork;
 - the child starts a session of its own, takes the three descriptors as 0, 1,
   2 and runs the same `verl role` entry point as an exec'd role would; the
   server answers the child's pid and, when it exits, its exit code (negative:
@@ -43,13 +49,17 @@ from . import blas  # noqa: F401  (before numpy: one BLAS thread per role proces
 MAX_MSG = 1 << 20
 
 
-def _preload() -> None:
-    """What every role imports, torch excepted."""
-    from verl_zmq.config.roles import FORKABLE_ROLES
+def _preload(trainers: bool) -> None:
+    """What every role imports, torch excepted; with `trainers`, torch too and what
+    a trainer imports ahead of need (its `preload`)."""
+    from verl_zmq.config.roles import FORKABLE_ROLES, TRAINER_ROLES
     from verl_zmq.roles.base import role_class
 
     for role in FORKABLE_ROLES:
         role_class(role)
+    if trainers:
+        for role in TRAINER_ROLES:
+            role_class(role).preload()
     import ctypes  # noqa: F401 - each child names itself with it
 
     import verl_zmq.cli  # noqa: F401
@@ -118,16 +128,26 @@ def _reap(sock: socket.socket) -> None:
         sock.send(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
 
 
-def serve(fd: int) -> None:
+def _threads() -> int:
+    """This process's threads (1 where /proc cannot say)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def serve(fd: int, trainers: bool = False) -> None:
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when roles stop
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through wake_w
-    _preload()
-    if "torch" in sys.modules:  # a role module began to import it: fork nothing
+    _preload(trainers)
+    if not trainers and "torch" in sys.modules:  # a role module began to import it
         sys.exit("fork server: torch was imported while preloading")
+    if _threads() != 1:  # a fork would copy a lock another thread may hold
+        sys.exit(f"fork server: {_threads()} threads after preloading; forking needs one")
     sock.send(json.dumps({"ready": os.getpid()}).encode())
     while True:
         ready, _, _ = select.select([sock, wake_r], [], [])
@@ -155,4 +175,4 @@ def serve(fd: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), trainers="--torch" in sys.argv[2:])

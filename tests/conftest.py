@@ -34,6 +34,18 @@ def verl(*args, **kw) -> subprocess.CompletedProcess:
                           timeout=kw.pop("timeout", 120), cwd=kw.pop("cwd", ROOT), **kw)
 
 
+def verl_here(*args: str) -> subprocess.CompletedProcess:
+    """`verl ARGS` in this process through click's runner, for commands that only
+    read and check (an interpreter of their own costs seconds of imports each);
+    exit code, stdout and stderr as `verl` gives them."""
+    from click.testing import CliRunner
+
+    from verl_zmq.cli import main
+
+    r = CliRunner().invoke(main, list(args))
+    return subprocess.CompletedProcess(list(args), r.exit_code, r.stdout, r.stderr)
+
+
 def run_events(job: str, run_dir, *overrides: str, timeout: float = 240) -> list[dict]:
     """`verl run JOB` in one process with `--set` overrides; its JSON events (the
     run must succeed)."""

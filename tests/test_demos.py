@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import CONFIGS, verl
+from tests.conftest import CONFIGS, verl_here
 from tests.test_export_serve import _checkpoint
 
 GOOD = {"obs": np.zeros((6, 4), np.float32), "action": np.array([0, 1, 0, 1, 1, 0]),
@@ -29,7 +29,7 @@ def _write(path, **changes):
 def test_record_writes_the_documented_format(tmp_path):
     ckpt, _ = _checkpoint(tmp_path, "ppo-discrete")
     out = tmp_path / "demos.npz"
-    r = verl("record", str(ckpt), "--episodes", "3", "--seed", "4", "-o", str(out))
+    r = verl_here("record", str(ckpt), "--episodes", "3", "--seed", "4", "-o", str(out))
     assert r.returncode == 0, r.stderr
     with np.load(out, allow_pickle=False) as z:
         a = {k: z[k] for k in z.files}
@@ -43,7 +43,7 @@ def test_record_writes_the_documented_format(tmp_path):
     job = tmp_path / "job.toml"
     job.write_text((CONFIGS / "cartpole_ppo.toml").read_text()
                    + f'\n[algorithm.bc]\ndemos = "{out}"\nmixing_ratio = 0.3\n')
-    assert verl("check", str(job)).returncode == 0
+    assert verl_here("check", str(job)).returncode == 0
 
 
 @pytest.mark.parametrize("changes, why", [
@@ -54,18 +54,16 @@ def test_record_writes_the_documented_format(tmp_path):
     ({"truncated": None}, "missing arrays ['truncated']"),
     ({"obs": np.full((6, 4), np.nan, np.float32)}, "finite"),
 ])
-@pytest.mark.e2e
 def test_check_refuses_malformed_demos(tmp_path, changes, why):
     demos = _write(tmp_path / "bad.npz", **changes)
     job = tmp_path / "job.toml"
     job.write_text((CONFIGS / "cartpole_ppo.toml").read_text()
                    + f'\n[algorithm.bc]\ndemos = "{demos}"\nmixing_ratio = 0.3\n')
-    r = verl("check", str(job))
+    r = verl_here("check", str(job))
     assert r.returncode == 2 and "algorithm.bc.demos" in r.stderr and why in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
 
 
-@pytest.mark.e2e
 def test_check_refuses_pickles_and_non_npz(tmp_path):
     for name, data in (("obj.npz", None), ("junk.npz", b"not a zip")):
         path = tmp_path / name
@@ -76,7 +74,7 @@ def test_check_refuses_pickles_and_non_npz(tmp_path):
         job = tmp_path / "job.toml"
         job.write_text((CONFIGS / "cartpole_ppo.toml").read_text()
                        + f'\n[algorithm.bc]\ndemos = "{path}"\nmixing_ratio = 0.3\n')
-        r = verl("check", str(job))
+        r = verl_here("check", str(job))
         assert r.returncode == 2 and "not a readable .npz" in r.stderr, r.stderr
 
 

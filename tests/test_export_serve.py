@@ -13,7 +13,16 @@ import msgpack
 import numpy as np
 import pytest
 
-from tests.conftest import CONFIGS, PY, ROOT, free_port_range, read_events, verl, wait_for
+from tests.conftest import (
+    CONFIGS,
+    PY,
+    ROOT,
+    free_port_range,
+    read_events,
+    verl,
+    verl_here,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e  # real processes
 
@@ -144,7 +153,7 @@ def test_serve_answers_requests_reports_latency_and_survives_bad_ones(tmp_path):
 @pytest.mark.timeout(300)
 def test_verl_eval_prints_the_checkpoints_return(tmp_path):
     ckpt, _ = _checkpoint(tmp_path, "dqn")
-    r = verl("eval", str(ckpt), "--episodes", "3", "--seed", "5")
+    r = verl_here("eval", str(ckpt), "--episodes", "3", "--seed", "5")
     assert r.returncode == 0, r.stderr[-2000:]
     line = r.stdout.strip().splitlines()[-1]
     nums = dict(zip(line.split()[::2], line.split()[1::2]))
@@ -152,5 +161,5 @@ def test_verl_eval_prints_the_checkpoints_return(tmp_path):
     assert float(nums["min"]) <= float(nums["mean"]) <= float(nums["max"])
     bad = tmp_path / "junk.pt"
     bad.write_bytes(b"not a checkpoint")
-    r = verl("eval", str(bad))
+    r = verl_here("eval", str(bad))
     assert r.returncode == 2 and "cannot load a policy" in r.stderr

@@ -129,12 +129,13 @@ def test_each_rank_takes_its_share_and_bad_combinations_are_refused():
 @pytest.mark.timeout(900)
 def test_a_killed_learner_makes_the_group_form_again_and_the_job_reach_its_target(tmp_path):
     run = tmp_path / "run"
-    # to its budget, not to 475: a run that reached 475 just after the kill would end
-    # before the group formed again, while a broken group trains no further, so the
-    # budget cannot run out before it has. 60k steps: three times what two learners
-    # take to 475 on the mean (tools/bench/learners.py), the kill's setback included
+    # no stop at the target (a run that reached 475 just after the kill would end
+    # before the group formed again); the test stops the job once the group has
+    # formed again, updated, and the target was reached. The budget is only a bound:
+    # three times what two learners take to 475 on the mean (tools/bench/learners.py)
     proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "training.num_learners=2",
-                     "checkpoint.interval_steps=4000", "training.total_timesteps=60000")
+                     "checkpoint.interval_steps=4000", "training.total_timesteps=60000",
+                     "evaluation.stop_at_return=1e9")
     logs = run / "logs"
     try:
         wait_for(lambda: any(e.get("event") == "checkpoint_saved"
@@ -144,23 +145,44 @@ def test_a_killed_learner_makes_the_group_form_again_and_the_job_reach_its_targe
                if e.get("event") == "role_started" and e.get("member") == "learner-1"][-1]
         os.kill(pid, signal.SIGKILL)
         killed_at = time.time()
-        out, err = proc.communicate(timeout=600)
+
+        def formed() -> list[dict]:
+            return [e for e in read_events(logs / "learner-0.jsonl")
+                    + read_events(logs / "learner-1.jsonl")
+                    if e.get("event") == "learner_group_formed" and e["ts"] > killed_at]
+
+        def evaluated() -> list[dict]:
+            return [e for e in read_events(logs / "evaluator-0.jsonl")
+                    if e.get("event") == "evaluated"]
+
+        def done() -> bool:
+            f = formed()
+            if {e["rank"] for e in f} != {0, 1}:
+                return False
+            again = max(e["ts"] for e in f)
+            return any(e.get("event") == "first_update" and e["ts"] > again
+                       for e in read_events(logs / "learner-0.jsonl")) \
+                and max((e["eval/return_mean"] for e in evaluated()), default=0) >= 475
+
+        # ends on its own at the budget if the target never comes: then the asserts say
+        wait_for(lambda: done() or proc.poll() is not None, 600,
+                 what="the group formed again, updating, and the target reached")
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
     finally:
         kill_tree(proc)
-    assert proc.returncode == 0, err[-3000:]
+    assert proc.returncode in (0, 130), err[-3000:]  # 130: stopped by the test
     l0 = read_events(logs / "learner-0.jsonl")
     # rank 0 leaves: its collective fails (gloo sees the reset), or the registry says so
     assert any(e.get("event") in ("learner_group_broken", "task_failed")
                and e["ts"] > killed_at for e in l0)
-    formed = [e for e in l0 + read_events(logs / "learner-1.jsonl")
-              if e.get("event") == "learner_group_formed" and e["ts"] > killed_at]
-    assert {e["rank"] for e in formed} == {0, 1}
-    assert min(e["env_steps"] for e in formed) >= 4000  # from the checkpoint, not from 0
-    again = max(e["ts"] for e in formed)
+    assert {e["rank"] for e in formed()} == {0, 1}
+    assert min(e["env_steps"] for e in formed()) >= 4000  # from the checkpoint, not from 0
+    again = max(e["ts"] for e in formed())
     assert any(e.get("event") == "first_update" and e["ts"] > again for e in l0)
-    evs = [e for e in read_events(logs / "evaluator-0.jsonl") if e.get("event") == "evaluated"]
-    assert max(e["eval/return_mean"] for e in evs) >= 475
-    assert {e["member"] for e in evs} == {"learner-0"}  # rank 0 alone publishes
+    assert max(e["eval/return_mean"] for e in evaluated()) >= 475
+    assert {e["member"] for e in evaluated()} == {"learner-0"}  # rank 0 alone publishes
 
 
 def test_each_learner_gets_its_own_gpus_on_a_host():

@@ -81,14 +81,15 @@ class ForkServer:
 
     @classmethod
     async def start(cls, err_path, timeout_s: float = 60.0,
-                    trainers: bool = False) -> ForkServer | None:
-        """Start the server (with `trainers`, the torch zygote that forks learners
-        and peers) and wait for it to be ready; None when it cannot."""
+                    trainers: bool = False, modules: tuple[str, ...] = ()) -> ForkServer | None:
+        """Start the server (with `trainers`, the torch zygote that forks the roles
+        that import torch, preloading `modules` too) and wait for it to be ready;
+        None when it cannot."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with open(err_path, "ab") as err:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "verl_zmq.forkserver", str(theirs.fileno()),
-                *(["--torch"] if trainers else []),
+                *(["--torch", *modules] if trainers else []),
                 pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True)
         theirs.close()

@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 from verl_zmq.config import Job
-from verl_zmq.config.roles import REGISTRY, role_traits
+from verl_zmq.config.roles import EVALUATOR, REGISTRY, SAMPLER, role_traits
 from verl_zmq.log import write_failed
 from verl_zmq.ops import tb
 from verl_zmq.ops.runview import RunView
+from verl_zmq.policy.numpy_actor import numpy_acting
 
 from .affinity import cpu_specs
 from .forking import ForkedProcess, ForkServer
@@ -286,10 +287,18 @@ class Supervisor:
                       forked=isinstance(rp.proc, ForkedProcess))
         return asyncio.create_task(self._watch(rp))
 
+    def _torch_role(self, role: str) -> bool:
+        """Whether `role` imports torch at its start: a trainer, or a sampler (and
+        the evaluator) of a job whose policy does not act in numpy (a Hugging Face
+        model, `sampling.inference = "torch"`)."""
+        return role_traits(role).trains or (
+            role in (SAMPLER, EVALUATOR) and not numpy_acting(self.job))
+
     def _local(self, trainers: bool | None = None) -> list[RoleProcess]:
-        """This host's roles (only the trainers, or only the others)."""
+        """This host's roles (only those that import torch at their start, or only
+        the others)."""
         return [rp for rp in self.procs if self.plan.host_of(rp.placement).is_local
-                and trainers in (None, role_traits(rp.placement.role).trains)]
+                and trainers in (None, self._torch_role(rp.placement.role))]
 
     def _forked_trainer(self, rp: RoleProcess) -> bool:
         return self.job.launch.fork_server and rp in self._local(trainers=True)
@@ -303,7 +312,9 @@ class Supervisor:
         if not self.job.launch.fork_server or not local:
             return None
         err = self.logs / ("forkserver-torch.err" if trainers else "forkserver.err")
-        forks = await ForkServer.start(err, trainers=trainers)
+        pol = self.job.algorithm.policy
+        hf = ("transformers", *(("peft",) if pol.lora_rank else ())) if pol.kind == "hf" else ()
+        forks = await ForkServer.start(err, trainers=trainers, modules=hf)
         if forks is None:
             self.log.warning("fork_server_unavailable", error=_last_lines(err, 3), torch=trainers,
                              fallback="trainers import torch after their fork" if trainers

@@ -59,15 +59,22 @@ def role(role, job_path, registry, member_id, group, member_index, bind, run_dir
     from .comm.transport import CurveKeys
 
     keys = None
+    extra: dict = {}
     try:
         if job_path == "-":
             from .runner import read_stdin_bundle
 
             if standby:  # the launcher's warm spare: torch imported before it is needed
+                from .config.roles import role_traits
+                from .follow import Follower
                 from .runner import standby as wait_warm
 
-                if not wait_warm(role):
+                follower = Follower(registry, member_id, run_dir) \
+                    if member_id and role_traits(role).trains else None
+                if not wait_warm(role, follower):
                     sys.exit(0)  # let go unused: the job ended or the launcher is gone
+                if follower is not None:
+                    extra["followed"] = follower.stop()
             bundle = read_stdin_bundle()
             job = loads_job(bundle["job"], "<stdin>", overrides)
             if bundle.get("keys"):
@@ -98,7 +105,7 @@ def role(role, job_path, registry, member_id, group, member_index, bind, run_dir
     stream = open(log_file, "a", buffering=1) if log_file else None  # noqa: SIM115
     try:
         rc = run_role_process(job, RoleSpec(role, member_id, group), registry, bind, run, keys,
-                              exit_on_stdin_eof, log_stream=stream)
+                              exit_on_stdin_eof, log_stream=stream, extra=extra)
     finally:
         if stream:
             stream.close()

@@ -49,9 +49,12 @@ from . import blas  # noqa: F401  (before numpy: one BLAS thread per role proces
 MAX_MSG = 1 << 20
 
 
-def _preload(trainers: bool) -> None:
-    """What every role imports, torch excepted; with `trainers`, torch too and what
-    a trainer imports ahead of need (its `preload`)."""
+def _preload(trainers: bool, modules: list[str]) -> None:
+    """What every role imports, torch excepted; with `trainers`, torch too, what
+    a trainer imports ahead of need (its `preload`) and `modules` (transformers
+    for a Hugging Face policy)."""
+    import importlib
+
     from verl_zmq.config.roles import FORKABLE_ROLES, TRAINER_ROLES
     from verl_zmq.roles.base import role_class
 
@@ -60,6 +63,8 @@ def _preload(trainers: bool) -> None:
     if trainers:
         for role in TRAINER_ROLES:
             role_class(role).preload()
+        for name in modules:
+            importlib.import_module(name)
     import ctypes  # noqa: F401 - each child names itself with it
 
     import verl_zmq.cli  # noqa: F401
@@ -136,14 +141,14 @@ def _threads() -> int:
         return 1
 
 
-def serve(fd: int, trainers: bool = False) -> None:
+def serve(fd: int, trainers: bool = False, modules: list[str] | None = None) -> None:
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when roles stop
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through wake_w
-    _preload(trainers)
+    _preload(trainers, modules or [])
     if not trainers and "torch" in sys.modules:  # a role module began to import it
         sys.exit("fork server: torch was imported while preloading")
     if _threads() != 1:  # a fork would copy a lock another thread may hold
@@ -175,4 +180,5 @@ def serve(fd: int, trainers: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), trainers="--torch" in sys.argv[2:])
+    # FD [--torch [MODULE...]]
+    serve(int(sys.argv[1]), trainers="--torch" in sys.argv[2:], modules=sys.argv[3:])

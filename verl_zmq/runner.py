@@ -33,12 +33,13 @@ def read_stdin_bundle() -> dict:
     return data
 
 
-def standby(role: str) -> bool:
+def standby(role: str, follower: Any = None) -> bool:
     """A warm spare's wait: import the role's modules (torch) at idle priority,
     so that a spare only takes CPU nobody else wants, and wait for the job on
     stdin; when it arrives (even mid-import) the process is back at normal
     priority. Idle only where this process may return (root, or RLIMIT_NICE
-    allowing nice 0). False when stdin closed first (let go unused)."""
+    allowing nice 0). `follower` (a `follow.Follower`) is started once idle, so
+    its thread is idle too. False when stdin closed first (let go unused)."""
     import resource
     import threading
 
@@ -57,6 +58,8 @@ def standby(role: str) -> bool:
     waiter.start()
     if idle:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    if follower is not None:
+        follower.start()
     role_class(role).preload()
     waiter.join()
     return bool(sys.stdin.buffer.peek(1))
@@ -116,7 +119,8 @@ def make_transport(ctx: zmq.asyncio.Context, job: Job, host: str, keys: CurveKey
 
 def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir: Path,
                      keys: CurveKeys | None, exit_on_stdin_eof: bool,
-                     log_stream=None, incarnation: int | None = None) -> int:
+                     log_stream=None, incarnation: int | None = None,
+                     extra: dict | None = None) -> int:
     """Run one role in this process until it stops; return its exit code."""
     from .roles.base import RoleContext, default_incarnation, index_of, role_class
     from .roles.service import out_of_memory, serve
@@ -154,7 +158,7 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
         ctx = RoleContext(job=job, role=spec.role, member_id=spec.member_id, group=spec.group,
                           index=index_of(spec.member_id), incarnation=inc, registry=registry,
                           run_dir=run_dir, host=bind, transport=transport, log=log,
-                          exit_on_stdin_eof=exit_on_stdin_eof)
+                          exit_on_stdin_eof=exit_on_stdin_eof, extra=extra or {})
         try:
             role = cls(ctx)
             roles.append(role)

@@ -141,6 +141,27 @@ class Trainer:
             self.rms.load_arrays(arrays)
         self.state.version += 1
 
+    def take_followed(self, p: wire.Params | None) -> None:
+        """A warm spare's takeover: the params it followed (`verl_zmq.follow`) where
+        they are newer than the snapshot it resumed from: the policy, its statistics
+        and the counters continue from the killed trainer's last published version
+        (the optimiser and anything else unpublished stay the snapshot's)."""
+        if p is None or p.version <= self.state.version:
+            return
+        before = self.state.version
+        try:
+            self.algo.load_policy_arrays(dict(p.arrays))
+            if self.job.environment.normalize_obs:
+                self.rms.load_arrays(dict(p.arrays))
+        except (ValueError, KeyError) as e:  # another job's params: keep the snapshot
+            self.log.warning("followed_params_refused", error=str(e)[:200])
+            return
+        self.state.version, self.state.env_steps = p.version, max(self.state.env_steps,
+                                                                   p.env_steps)
+        self.algo.take_updates(max(self.algo.updates, p.updates))
+        self.log.info("followed_params_taken", version=p.version, env_steps=p.env_steps,
+                      snapshot_version=before)
+
     def params(self, final: bool = False) -> wire.Params:
         return wire.Params(version=self.state.version, env_steps=self.state.env_steps,
                            updates=self.algo.updates, final=final, arrays=self.arrays())

@@ -62,6 +62,7 @@ class LearnerRole(Role):
         self.trainer = Trainer(job, self.spec, self.checkpoint_dir(), self.log,
                                reduce_grads=self.grad_reducer(), sum_steps=steps,
                                primary=self.primary)
+        self.trainer.take_followed(self.ctx.extra.get("followed"))  # a warm spare's
         self.algo = self.trainer.algo
         self.pub = None
         self.endpoints = {}

@@ -14,8 +14,10 @@ from that warm process, as multiprocessing's forkserver does with preloading:
   restarted sampler) carries none of torch's address space into its
   `resources.<role>.memory` limit; a second server started with `--torch` (the
   torch zygote) imports torch and the trainers' modules from the launcher's
-  first moment, beside the first one and the samplers, and forks the trainers
-  (learners, DAPO peers) and their warm spares ready to train: importing torch
+  first moment, beside the first one and the samplers, and forks the roles
+  that import torch at their start (learners, DAPO peers, their warm spares;
+  samplers and the evaluator of a job that acts in torch) ready to run, with
+  transformers too for a Hugging Face policy: importing torch
   (and the torch._dynamo an optimiser pulls in) is seconds of a core, which a
   learner forked after the import would spend before its first update. It
   forks only while it is one thread (torch starts none on import when BLAS is

@@ -200,3 +200,45 @@ def test_actor_side_priorities_are_n_step_td_errors_from_recorded_q_values():
     tr = __import__("verl_zmq.replay.transitions", fromlist=["unroll"]).unroll(f | {
         "priority": algo.finish_fragment(f)["priority"]}, 0.5, 2)
     assert tr["priority"].tolist() == pytest.approx([0.75, 3.0, 2.0])
+
+
+def test_incremental_snapshots_restore_what_a_full_one_would(tmp_path):
+    """A full snapshot, then deltas (the ring wrapping meanwhile, priorities
+    updated) read back as the store's whole state; a lost delta ends the chain at
+    the file before it; a full snapshot removes the deltas it replaces."""
+    from tests.test_spaces import _fragment
+    from verl_zmq import wire
+    from verl_zmq.replay import snapshot
+    from verl_zmq.replay.offpolicy import OffPolicyStore
+
+    job, _, frags = _fragment("cartpole_dqn.toml", ['replay.mode="prioritized"',
+                                                    "replay.capacity=200"], 7)
+    store = OffPolicyStore(job)
+    rng = np.random.default_rng(0)
+    sizes = []
+    for i, f in enumerate(frags):
+        store.insert(store.prepare(wire.Fragment(version=1, arrays=f)))
+        idx = rng.integers(0, store.size, 10)
+        store.sampler.update(idx, rng.uniform(0.1, 5.0, 10))
+        delta = store.delta(base) if i else None
+        if delta is None:
+            assert i == 0 or store.storage.inserted - base >= store.storage.capacity
+            snapshot.write(tmp_path, store.state())
+        else:
+            snapshot.write_delta(tmp_path, delta, i)
+        base, sizes = store.storage.inserted, [*sizes, store.size]
+    want, got = OffPolicyStore(job), OffPolicyStore(job)
+    want.load_state(store.state())
+    got.load_state(snapshot.read(tmp_path))
+    n = want.size
+    assert got.size == n and got.storage.inserted == store.storage.inserted
+    for k, v in want.storage.columns.items():
+        assert np.array_equal(got.storage.columns[k][:n], v[:n]), k
+    assert np.allclose(got.sampler.tree.get(np.arange(n)), want.sampler.tree.get(np.arange(n)))
+    deltas = sorted(tmp_path.glob("delta-*.npz"))
+    assert len(deltas) >= 2
+    deltas[1].unlink()  # a gap: what came before it is what a restart gets
+    first = snapshot.read(tmp_path)
+    assert first is not None and int(first["counters"][2]) < store.storage.inserted
+    snapshot.write(tmp_path, store.state())
+    assert not list(tmp_path.glob("delta-*.npz"))

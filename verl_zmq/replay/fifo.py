@@ -74,5 +74,8 @@ class FifoStore:
     def state(self) -> dict[str, np.ndarray]:
         raise NotImplementedError("a FIFO shard is not persistent")
 
+    def delta(self, since: int) -> dict[str, np.ndarray] | None:
+        raise NotImplementedError("a FIFO shard is not persistent")
+
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         raise NotImplementedError("a FIFO shard is not persistent")

@@ -143,6 +143,18 @@ class OffPolicyStore:
                                           self.limiter.inserted, self.limiter.sampled], np.int64)
         return out
 
+    def delta(self, since: int) -> dict[str, np.ndarray] | None:
+        """What was inserted after the `since`-th transition, with every priority and
+        the counters now: an incremental snapshot (None: take a full one)."""
+        out = self.storage.delta(since)
+        if out is None:
+            return None
+        out.update({f"sampler/{k}": v for k, v in
+                    self.sampler.state(self.storage.size).items()})
+        out["store_counters"] = np.array([self.env_steps, self.stale_updates,
+                                          self.limiter.inserted, self.limiter.sampled], np.int64)
+        return out
+
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         order = self.storage.load_state(state)
         self.sampler.load_state({k[8:]: v for k, v in state.items()

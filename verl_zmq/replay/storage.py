@@ -54,6 +54,22 @@ class RingStorage:
         out["counters"] = np.array([self.cursor, self.size, self.inserted], np.int64)
         return out
 
+    def delta(self, since: int) -> dict[str, np.ndarray] | None:
+        """The writes after the `since`-th insert, with their slots and the counters
+        now (copies): what `snapshot.apply_delta` puts over a state taken then. None
+        when there is nothing new or the writes went round the whole ring (a full
+        state is as small)."""
+        n = self.inserted - since
+        if n <= 0 or n >= self.capacity or not self.columns:
+            return None
+        slots = (self.cursor - n + np.arange(n)) % self.capacity
+        out = {f"col/{k}": v[slots] for k, v in self.columns.items()}  # fancy indexing: copies
+        out["slots"] = slots
+        out["generation"] = self.generation[slots]
+        out["counters"] = np.array([self.cursor, self.size, self.inserted], np.int64)
+        out["since"] = np.array([since], np.int64)
+        return out
+
     def load_state(self, state: dict[str, np.ndarray]) -> np.ndarray:
         """Restore from `state()`, oldest first from slot 0; a snapshot larger than this
         capacity keeps its newest. Returns the snapshot slots in their new order, so

@@ -46,4 +46,8 @@ class Store(Protocol):
 
     def state(self) -> dict[str, np.ndarray]: ...
 
+    def delta(self, since: int) -> dict[str, np.ndarray] | None:
+        """An incremental snapshot: what came after the `since`-th insert (None: a
+        full `state()` is needed)."""
+
     def load_state(self, state: dict[str, np.ndarray]) -> None: ...

@@ -30,6 +30,9 @@ from .base import Rates, Role, recv, send
 
 MAX_CREDIT = 1000
 MAX_BATCH = 65_536
+# incremental snapshots after a full one before the next full one: a restore reads
+# at most this many files, and the deltas' repeated priorities stay bounded
+MAX_DELTAS = 10
 
 
 class ReplayRole(Role):
@@ -53,6 +56,10 @@ class ReplayRole(Role):
         self.inserts = self.served = self.rejected = 0
         self.snapshots, self.snapshot_s = 0, 0.0  # periodic and on stop
         self.snapshot_inserts = 0  # `inserts` when the last snapshot was taken
+        # the store's insert count at the last file written (None: the next is full)
+        # and the deltas written since the last full snapshot
+        self.snapshot_base: int | None = None
+        self.deltas = 0
         self.delay_sum = self.blocked_s = 0.0
         self.rates = Rates(inserts=0, served=0, delay=0.0)
         if self.store.persistent:
@@ -151,21 +158,34 @@ class ReplayRole(Role):
         self.log.info("replay_restored", path=str(self.snapshot_dir), size=self.store.size,
                       env_steps=self.store.env_steps, seconds=round(time.monotonic() - t0, 3))
 
-    async def _snapshot(self) -> float:
-        """Write a snapshot; the seconds it took (0 when it failed)."""
+    async def _snapshot(self, full: bool = False) -> float:
+        """Write a snapshot, incremental (what was inserted since the last file)
+        unless `full` or the chain is long; the seconds it took (0 when it failed)."""
         t0 = time.monotonic()
-        state = self.store.state()  # copies, taken between two messages: consistent
+        # copies, taken between two messages: consistent
+        delta = None if full or self.snapshot_base is None or self.deltas >= MAX_DELTAS \
+            else self.store.delta(self.snapshot_base)
+        state = delta if delta is not None else self.store.state()
         self.snapshot_inserts = self.inserts
         try:
-            path = await asyncio.to_thread(snapshot.write, self.snapshot_dir, state)
+            if delta is not None:
+                path = await asyncio.to_thread(snapshot.write_delta, self.snapshot_dir, state,
+                                               self.deltas + 1)
+            else:
+                path = await asyncio.to_thread(snapshot.write, self.snapshot_dir, state)
         except OSError as e:
             write_failed(self.log, "replay_snapshot_failed", self.snapshot_dir / snapshot.FILE,
                          e, "keeping the last snapshot")
+            self.snapshot_base = None  # the chain may have a gap: the next one is full
             return 0.0
+        self.deltas = self.deltas + 1 if delta is not None else 0
+        self.snapshot_base = int(state["counters"][2])
         took = time.monotonic() - t0
         self.snapshots += 1
         self.snapshot_s += took
         self.log.info("replay_snapshot", path=str(path), size=self.store.size,
+                      kind="delta" if delta is not None else "full",
+                      rows=len(state["slots"]) if delta is not None else self.store.size,
                       bytes=path.stat().st_size, seconds=round(took, 3))
         return took
 
@@ -195,7 +215,7 @@ class ReplayRole(Role):
 
     async def teardown(self) -> None:
         if self.store.persistent and self.store.size:
-            await self._snapshot()
+            await self._snapshot(full=True)  # one file to resume from
 
     def status(self) -> dict[str, float]:
         return {"size": self.store.size}

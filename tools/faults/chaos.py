@@ -35,11 +35,12 @@ KINDS = ("sampler", "replay", "learner", "evaluator", "registry")
 class Run:
     """A running job and what its logs say."""
 
-    def __init__(self, job: str, run: Path, extra: list[str]):
+    def __init__(self, job: str, run: Path, extra: list[str], hosts: str = "local",
+                 wrap: list[str] = ()):
         self.run = run
         self.proc = start(job, run, ["training.total_timesteps=100000000",  # we stop it
                                      "launch.max_restarts=20", "launch.restart_backoff_s=0.5",
-                                     "logging.interval_s=0.5", *extra])
+                                     "logging.interval_s=0.5", *extra], hosts=hosts, wrap=wrap)
 
     def launcher(self, name: str) -> list[dict]:
         return [e for e in events(self.run / "logs" / "launcher.jsonl") if e.get("event") == name]

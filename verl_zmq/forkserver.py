@@ -165,8 +165,10 @@ def serve(fd: int, trainers: bool = False, modules: list[str] | None = None) -> 
             continue
         fds = array.array("i")
         msg, anc, _, _ = sock.recvmsg(MAX_MSG, socket.CMSG_SPACE(3 * fds.itemsize))
-        if not msg:
-            return  # the launcher is gone; the roles stop on their stdin's EOF
+        if not msg:  # the launcher is gone; the roles stop on their stdin's EOF
+            # no interpreter teardown: with torch loaded it takes a second or more,
+            # which the launcher would wait out at the end of every job
+            os._exit(0)
         for level, kind, data in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.frombytes(data[:len(data) - len(data) % fds.itemsize])

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import CONFIGS, read_events, verl
+from tests.conftest import CONFIGS, read_events, verl, verl_here
 
 pytestmark = pytest.mark.e2e  # real processes
 
@@ -63,15 +63,15 @@ def test_run_folder_holds_every_role_log_and_the_resolved_job(cartpole_run):
 @pytest.mark.timeout(900)
 def test_verl_logs_merges_and_filters(cartpole_run):
     run = cartpole_run["run"]
-    r = verl("logs", str(run), "--json")
+    r = verl_here("logs", str(run), "--json")
     lines = [json.loads(x) for x in r.stdout.splitlines()]
     assert {e["id"] for e in lines} >= {"registry", "learner-0", "replay-0", "sampler-0"}
     ts = [e["ts"] for e in lines]
     assert ts == sorted(ts)
-    r = verl("logs", str(run), "--role", "evaluator", "--event", "evaluated")
+    r = verl_here("logs", str(run), "--role", "evaluator", "--event", "evaluated")
     assert r.returncode == 0 and r.stdout.count("evaluated") >= 2
     assert all("evaluator-0" in line for line in r.stdout.splitlines())
-    r = verl("logs", str(run), "--level", "warning", "--json")
+    r = verl_here("logs", str(run), "--level", "warning", "--json")
     assert all(json.loads(x)["level"] in ("warning", "error") for x in r.stdout.splitlines())
 
 

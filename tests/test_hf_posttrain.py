@@ -169,7 +169,7 @@ def test_grpo_from_verl_files_raises_exact_match_and_saves_a_loadable_folder(tmp
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tools.bench.hf_grpo import run_once
 
-    r = run_once(seed=2, work=tmp_path)
+    r = run_once(seed=2, work=tmp_path, updates=UPDATES)
     print(f"val exact match {r['before']} -> {r['after']}, KL to the reference "
           f"{r['kl_ref']} nats/token after {r['updates']} updates")
     assert r["rc"] == 0 and r["final"], r
@@ -178,8 +178,10 @@ def test_grpo_from_verl_files_raises_exact_match_and_saves_a_loadable_folder(tmp
     _folder_answers_as_the_learner(Path(r["run"]), tmp_path)
 
 
-# below the worst rise of `python tools/bench/hf_grpo.py --seeds 0 1 2 3 4`
+# below the worst rise of `python tools/bench/hf_grpo.py --seeds 0 1 2 3 4 --updates 90`
+# (+0.07 over 0.21-0.69 before; the tool's default 150 updates: +0.05)
 MARGIN = 0.02
+UPDATES = 90
 
 
 def _folder_answers_as_the_learner(run: Path, work: Path) -> None:

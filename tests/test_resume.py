@@ -23,7 +23,7 @@ from tests.conftest import (
     free_port_range,
     kill_tree,
     read_events,
-    verl,
+    verl_here,
     wait_for,
 )
 
@@ -215,7 +215,7 @@ def test_tensorboard_events_hold_the_eval_series(resumed_run):
 @pytest.mark.timeout(900)
 def test_verl_plot_draws_two_runs(resumed_run, cartpole_run, tmp_path):
     out = tmp_path / "curve.png"
-    r = verl("plot", str(resumed_run["run"]), str(cartpole_run["run"]), "-o", str(out))
+    r = verl_here("plot", str(resumed_run["run"]), str(cartpole_run["run"]), "-o", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
 
@@ -223,14 +223,14 @@ def test_verl_plot_draws_two_runs(resumed_run, cartpole_run, tmp_path):
 @pytest.mark.timeout(900)
 def test_verl_runs_lists_and_compares_two_runs(resumed_run, cartpole_run, tmp_path_factory):
     a, b = resumed_run["run"], cartpole_run["run"]
-    r = verl("runs", str(tmp_path_factory.getbasetemp()))
+    r = verl_here("runs", str(tmp_path_factory.getbasetemp()))
     assert r.returncode == 0, r.stderr
     for run in (a, b):
         best = json.loads((run / "summary.json").read_text())["best_eval_return"]
         line = next(x for x in r.stdout.splitlines()
                     if x.startswith(str(run.relative_to(tmp_path_factory.getbasetemp()))))
         assert f"{best:,.1f}" in line, (line, best)
-    r = verl("runs", "--compare", str(a), str(b))
+    r = verl_here("runs", "--compare", str(a), str(b))
     assert r.returncode == 0, r.stderr
     algo = next(x for x in r.stdout.splitlines() if x.startswith("algorithm.name "))
     assert '"dqn"' in algo and '"ppo"' in algo

@@ -1,4 +1,4 @@
-"""Bounded memory under overload, short (`tools/faults/soak.py --seconds 30`): once the
+"""Bounded memory under overload, short (`tools/faults/soak.py --seconds 20`): once the
 replay shard is full (the learner is slowed on purpose; measuring starts then,
 so the overload is certain however fast each process runs), the shard stops
 reading and the samplers block on sending, both counted, and no role grows by
@@ -19,8 +19,8 @@ pytestmark = pytest.mark.e2e  # real processes
 
 @pytest.mark.timeout(300)
 def test_memory_stays_bounded_when_samplers_outrun_the_learner():
-    r = subprocess.run([PY, str(ROOT / "tools" / "faults" / "soak.py"), "--seconds", "30",
-                        "--warmup", "10", "--max-growth-mb", "50"], cwd=ROOT,
+    r = subprocess.run([PY, str(ROOT / "tools" / "faults" / "soak.py"), "--seconds", "20",
+                        "--warmup", "5", "--max-growth-mb", "50"], cwd=ROOT,
                        capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     roles = [line.split()[0] for line in r.stdout.splitlines()

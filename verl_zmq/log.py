@@ -84,23 +84,41 @@ def _stream_name(stream: IO[str]) -> str:
 class SafeStream:
     """A log stream that never raises: the first write that fails (a full disk:
     ENOSPC, or EIO) prints one line on stderr naming the path and the error, and
-    every later line goes to stderr instead, or nowhere when stderr fails too. A
-    role keeps working; a launcher still stops."""
+    later lines go to stderr instead, or nowhere when stderr fails too. Every
+    RETRY_S the log itself is tried again: once the disk has room, the lines go
+    there again (said on stderr). A role keeps working; a launcher still stops."""
+
+    RETRY_S = 5.0
 
     def __init__(self, stream: IO[str]):
         self.stream = stream
         self.failed: OSError | None = None
+        self.retry_at = 0.0
+
+    def _try_again(self) -> None:
+        self.retry_at = time.monotonic() + self.RETRY_S
+        try:
+            self.stream.write("\n")  # ends a line the failure may have cut short
+            self.stream.flush()
+        except OSError:
+            return
+        self.failed = None
+        self._say(f"the log {_stream_name(self.stream)} is writable again: "
+                  f"logging there from now\n")
 
     def write(self, text: str) -> int:
+        if self.failed is not None and time.monotonic() >= self.retry_at:
+            self._try_again()
         if self.failed is None:
             try:
                 n = self.stream.write(text)
                 self.stream.flush()
                 return n
             except OSError as e:
-                self.failed = e
+                self.failed, self.retry_at = e, time.monotonic() + self.RETRY_S
                 self._say(f"error: cannot write the log {_stream_name(self.stream)}: "
-                          f"{e.strerror or e} ({errno_name(e)}); logging to stderr from now\n")
+                          f"{e.strerror or e} ({errno_name(e)}); logging to stderr "
+                          f"until it takes lines again\n")
         if self.stream is not sys.stderr:
             self._say(text)
         return len(text)
@@ -118,7 +136,7 @@ class SafeStream:
             try:
                 self.stream.flush()
             except OSError as e:
-                self.failed = e
+                self.failed, self.retry_at = e, time.monotonic() + self.RETRY_S
 
     def isatty(self) -> bool:
         return False

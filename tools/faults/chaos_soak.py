@@ -243,6 +243,8 @@ def summary(s: Soak, mem: dict, rc: int | None) -> dict:
     return {"summary": True, "minutes": round((time.time() - s.t0) / 60, 1),
             "faults": len(s.faults),
             "survived": sum(f.get("recovered_s") is not None for f in s.faults),
+            # sent: each incarnation's last report, so a killed sampler's last
+            # metrics interval of sends is missing (received can exceed it)
             "fragments_sent": sent, "fragments_received": got, "fragments_lost": sent - got,
             "loss_explained_up_to": explained, "every_loss_explained": sent - got <= explained,
             "rss_mb_minute_5": mem["minute_5"], "rss_mb_end": mem["end"],

@@ -65,16 +65,7 @@ def role(role, job_path, registry, member_id, group, member_index, bind, run_dir
             from .runner import read_stdin_bundle
 
             if standby:  # the launcher's warm spare: torch imported before it is needed
-                from .config.roles import role_traits
-                from .follow import Follower
-                from .runner import standby as wait_warm
-
-                follower = Follower(registry, member_id, run_dir) \
-                    if member_id and role_traits(role).trains else None
-                if not wait_warm(role, follower):
-                    sys.exit(0)  # let go unused: the job ended or the launcher is gone
-                if follower is not None:
-                    extra["followed"] = follower.stop()
+                extra = _stand_by(role, registry, member_id, run_dir)
             bundle = read_stdin_bundle()
             job = loads_job(bundle["job"], "<stdin>", overrides)
             if bundle.get("keys"):
@@ -114,6 +105,20 @@ def role(role, job_path, registry, member_id, group, member_index, bind, run_dir
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(rc)
+
+
+def _stand_by(role: str, registry: str, member_id: str | None, run_dir: str | None) -> dict:
+    """A warm spare's wait for the job (a trainer's spare follows its params
+    meanwhile); what the role is handed: the followed params. Exits when let go."""
+    from .config.roles import role_traits
+    from .follow import Follower
+    from .runner import standby as wait_warm
+
+    follower = Follower(registry, member_id, run_dir) \
+        if member_id and role_traits(role).trains else None
+    if not wait_warm(role, follower):
+        sys.exit(0)  # let go unused: the job ended or the launcher is gone
+    return {"followed": follower.stop()} if follower is not None else {}
 
 
 @main.command()

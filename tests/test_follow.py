@@ -14,16 +14,23 @@ import zmq
 
 from tests.conftest import CONFIGS
 from verl_zmq import wire
+from verl_zmq.comm.transport import CurveKeys
 from verl_zmq.config import load_job
 from verl_zmq.envs.make import env_spec
 from verl_zmq.follow import Follower
 from verl_zmq.learning.trainer import Trainer
+
+KEYS = CurveKeys.generate()
 
 
 def _registry_and_trainer(stop: threading.Event, ctx: zmq.Context) -> str:
     """A registry that answers snapshot requests with one trainer, and that
     trainer publishing params at rising versions (and another member's too)."""
     router, pub = ctx.socket(zmq.ROUTER), ctx.socket(zmq.PUB)
+    for sock in (router, pub):  # CURVE servers with the job's keys, as a job's are
+        sock.curve_server = True
+        sock.curve_secretkey = KEYS.secret.encode()
+        sock.curve_publickey = KEYS.public.encode()
     reg_port = router.bind_to_random_port("tcp://127.0.0.1")
     pub_port = pub.bind_to_random_port("tcp://127.0.0.1")
     member = wire.Member(id="learner-0", role="learner",
@@ -50,10 +57,14 @@ def _registry_and_trainer(stop: threading.Event, ctx: zmq.Context) -> str:
     return f"tcp://127.0.0.1:{reg_port}"
 
 
-def test_the_follower_keeps_its_members_newest_params():
+def test_the_follower_keeps_its_members_newest_params(tmp_path):
     stop, ctx = threading.Event(), zmq.Context()
     try:
-        f = Follower(_registry_and_trainer(stop, ctx), "learner-0", None).start()
+        assert Follower("tcp://127.0.0.1:1", "learner-0", str(tmp_path)).start().stop() \
+            is None  # no keys in the run folder: nothing followed
+        f = Follower(_registry_and_trainer(stop, ctx), "learner-0", str(tmp_path))
+        f.keys = KEYS  # as from the run folder's keys.json
+        f.start()
         deadline = time.monotonic() + 30
         while (f.latest is None or f.latest.version < 20) and time.monotonic() < deadline:
             time.sleep(0.05)

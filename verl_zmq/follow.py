@@ -9,8 +9,9 @@ latest.pt snapshot (optimiser, critic, RNG) and then takes these params where
 they are newer, so a takeover continues from the killed trainer's last
 published version instead of the snapshot's, a few updates older.
 
-Best effort and torch-free: no keys file (a remote host's run folder holds none),
-no registry answer, no params: the spare resumes from the snapshot as before.
+Best effort and torch-free: no keys file in the run folder (a remote host's
+holds none; a job with `security.curve = false` writes none), no registry answer,
+no params: the spare resumes from the snapshot as before.
 The thread reads at the spare's own (idle) priority and keeps only the newest
 message, so a spare starved of CPU falls behind but never holds up the trainer
 (the trainer's PUB drops what a full pipe cannot take).
@@ -56,6 +57,8 @@ class Follower:
         return self.latest
 
     def _run(self) -> None:
+        if self.keys is None:  # a plain connection to a CURVE job would be refused,
+            return  # and logged as a stranger's: without keys, the snapshot alone
         ctx = zmq.Context()
         t = Transport(ctx, keys=self.keys, heartbeat_s=HEARTBEAT_S,  # type: ignore[arg-type]
                       dead_after_s=DEAD_AFTER_S)

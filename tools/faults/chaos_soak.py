@@ -179,8 +179,16 @@ def per_incarnation(run: Path, prefix: str, key: str) -> int:
     return total
 
 
+def role_pid(run: Path, member: str) -> int | None:
+    """The member's own pid, from its newest `role_started` (the launcher's pid of
+    a role started over SSH is its ssh client's)."""
+    started = [e["pid"] for e in events(run / "logs" / f"{member}.jsonl")
+               if e.get("event") == "role_started" and "pid" in e]
+    return started[-1] if started else None
+
+
 def memory(s: Soak) -> dict[str, float | None]:
-    out = {m: rss_mb(s.r.pid(m)) for m in s.spared()}
+    out = {m: rss_mb(pid) if (pid := role_pid(s.run_dir, m)) else None for m in s.spared()}
     return {**out, "launcher": rss_mb(s.r.proc.pid)}
 
 

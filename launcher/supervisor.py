@@ -288,9 +288,14 @@ class Supervisor:
         return asyncio.create_task(self._watch(rp))
 
     def _torch_role(self, role: str) -> bool:
-        """Whether `role` imports torch at its start: a trainer, or a sampler (and
-        the evaluator) of a job whose policy does not act in numpy (a Hugging Face
-        model, `sampling.inference = "torch"`)."""
+        """Whether `role` is forked from the torch zygote: it imports torch at its
+        start (a trainer, or a sampler or the evaluator of a job whose policy does
+        not act in numpy: a Hugging Face model, `sampling.inference = "torch"`) and
+        has no `resources.<role>.memory` limit (a fork holds torch's address space
+        before the limit is set; imported after it, going over says so clearly)."""
+        res = getattr(self.job.resources, role, None)
+        if res is not None and res.memory:
+            return False
         return role_traits(role).trains or (
             role in (SAMPLER, EVALUATOR) and not numpy_acting(self.job))
 

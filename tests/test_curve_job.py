@@ -18,7 +18,9 @@ from tests.conftest import CONFIGS, kill_tree, read_events, start_job, wait_for
 
 pytestmark = pytest.mark.e2e  # real processes
 
-TARGET = 475.0
+# a return a random CartPole policy never reaches (about 20): the job learns with
+# the stranger beside it; reaching 475 is the main job's own test
+TARGET = 300.0
 # what a stranger connects to each kind of bound socket with
 CLIENT = {"registry": zmq.DEALER, "requests": zmq.DEALER, "gossip": zmq.DEALER,
           "fragments": zmq.PUSH, "membership": zmq.SUB, "params": zmq.SUB}

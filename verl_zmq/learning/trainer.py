@@ -134,11 +134,15 @@ class Trainer:
             out.update(self.rms.to_arrays())
         return out
 
-    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        """Take params from elsewhere (a gossip mix): a new version."""
+    def _load_policy(self, arrays: dict[str, np.ndarray]) -> None:
+        """What `arrays` carries: the policy and, when normalising, its statistics."""
         self.algo.load_policy_arrays(arrays)
         if self.job.environment.normalize_obs:
             self.rms.load_arrays(arrays)
+
+    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Take params from elsewhere (a gossip mix): a new version."""
+        self._load_policy(arrays)
         self.state.version += 1
 
     def take_followed(self, p: wire.Params | None) -> None:
@@ -150,9 +154,7 @@ class Trainer:
             return
         before = self.state.version
         try:
-            self.algo.load_policy_arrays(dict(p.arrays))
-            if self.job.environment.normalize_obs:
-                self.rms.load_arrays(dict(p.arrays))
+            self._load_policy(dict(p.arrays))
         except (ValueError, KeyError) as e:  # another job's params: keep the snapshot
             self.log.warning("followed_params_refused", error=str(e)[:200])
             return

@@ -13,7 +13,10 @@ import os
 import socket
 import sys
 
+from verl_zmq.config import Job
+from verl_zmq.config.roles import EVALUATOR, SAMPLER, role_traits
 from verl_zmq.forkserver import MAX_MSG
+from verl_zmq.policy.numpy_actor import numpy_acting
 
 POLL_S = 0.5  # how often roles are checked for their end once the server is lost
 LOST_CODE = 1  # the exit code of a role whose end the lost server could not report
@@ -77,25 +80,25 @@ class ForkServer:
         self.lock = asyncio.Lock()  # one request at a time: replies come in order
         self.loop.add_reader(sock.fileno(), self._readable)
         self.poller: asyncio.Task | None = None
-        self.trainers = False  # the torch zygote: its children have torch imported
+        self.torch = False  # the torch zygote: its children have torch imported
 
     @classmethod
     async def start(cls, err_path, timeout_s: float = 60.0,
-                    trainers: bool = False, modules: tuple[str, ...] = ()) -> ForkServer | None:
-        """Start the server (with `trainers`, the torch zygote that forks the roles
+                    torch: bool = False, modules: tuple[str, ...] = ()) -> ForkServer | None:
+        """Start the server (with `torch`, the torch zygote that forks the roles
         that import torch, preloading `modules` too) and wait for it to be ready;
         None when it cannot."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with open(err_path, "ab") as err:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "verl_zmq.forkserver", str(theirs.fileno()),
-                *(["--torch", *modules] if trainers else []),
+                *(["--torch", *modules] if torch else []),
                 pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True)
         theirs.close()
         ours.setblocking(False)
         server = cls(proc, ours)
-        server.trainers = trainers
+        server.torch = torch
         try:
             async with asyncio.timeout(timeout_s):
                 ready = await server.replies.get()
@@ -186,3 +189,24 @@ class ForkServer:
 def forkable(argv: list[str]) -> bool:
     """A local `verl role` command line with our interpreter."""
     return argv[:3] == [sys.executable, "-m", "verl_zmq.cli"]
+
+
+def from_zygote(job: Job, role: str) -> bool:
+    """Whether `role` is forked from the torch zygote: it imports torch at its
+    start (a trainer, or a sampler or the evaluator of a job whose policy does
+    not act in numpy: a Hugging Face model, `sampling.inference = "torch"`) and
+    has no `resources.<role>.memory` limit (a fork holds torch's address space
+    before the limit is set; imported after it, going over says so clearly)."""
+    res = getattr(job.resources, role, None)
+    if res is not None and res.memory:
+        return False
+    return role_traits(role).trains or (role in (SAMPLER, EVALUATOR) and not numpy_acting(job))
+
+
+def zygote_modules(job: Job) -> tuple[str, ...]:
+    """What the torch zygote imports beyond torch: transformers (and peft) for a
+    Hugging Face policy."""
+    pol = job.algorithm.policy
+    if pol.kind != "hf":
+        return ()
+    return ("transformers", *(("peft",) if pol.lora_rank else ()))

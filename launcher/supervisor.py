@@ -13,14 +13,13 @@ import time
 from pathlib import Path
 
 from verl_zmq.config import Job
-from verl_zmq.config.roles import EVALUATOR, REGISTRY, SAMPLER, role_traits
+from verl_zmq.config.roles import REGISTRY, role_traits
 from verl_zmq.log import write_failed
 from verl_zmq.ops import tb
 from verl_zmq.ops.runview import RunView
-from verl_zmq.policy.numpy_actor import numpy_acting
 
 from .affinity import cpu_specs
-from .forking import ForkedProcess, ForkServer
+from .forking import ForkedProcess, ForkServer, from_zygote, zygote_modules
 from .lost import NODE_FAILURE, SSH_LOST, host_lost, move_off
 from .plan import Placement, Plan
 from .remote import RoleProcess, full_argv, make_bundle
@@ -191,7 +190,7 @@ class Supervisor:
         up = time.monotonic() - rp.started_at
         if not role_traits(rp.placement.role).trains:
             return up >= SPARE_AFTER_S
-        if rp.forks is not None and rp.forks.alive and rp.forks.trainers:
+        if rp.forks is not None and rp.forks.alive and rp.forks.torch:
             return up >= SPARE_AFTER_S  # a fork of the zygote: nothing to import
         trained = rp.placement.member_id in self.view.trained
         return (up >= SPARE_AFTER_S and trained) or up >= SPARE_FALLBACK_S
@@ -240,11 +239,12 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.on_signal, sig)
-        zygote = asyncio.create_task(self._fork_server(trainers=True))
-        servers = [s for s in [await self._fork_server()] if s is not None]
+        zygote = asyncio.create_task(self._fork_server(torch=True))
+        light = await self._fork_server()
+        servers = [light] if light is not None else []
         watchers, later = [], []
         for rp in sorted(self.procs, key=lambda rp: role_traits(rp.placement.role).start_order):
-            if self._forked_trainer(rp):  # once the zygote is ready (or gone)
+            if self._from_zygote(rp):  # once the zygote is ready (or gone)
                 later.append(rp)
                 continue
             watchers.append(await self._start_role(rp))
@@ -287,46 +287,33 @@ class Supervisor:
                       forked=isinstance(rp.proc, ForkedProcess))
         return asyncio.create_task(self._watch(rp))
 
-    def _torch_role(self, role: str) -> bool:
-        """Whether `role` is forked from the torch zygote: it imports torch at its
-        start (a trainer, or a sampler or the evaluator of a job whose policy does
-        not act in numpy: a Hugging Face model, `sampling.inference = "torch"`) and
-        has no `resources.<role>.memory` limit (a fork holds torch's address space
-        before the limit is set; imported after it, going over says so clearly)."""
-        res = getattr(self.job.resources, role, None)
-        if res is not None and res.memory:
-            return False
-        return role_traits(role).trains or (
-            role in (SAMPLER, EVALUATOR) and not numpy_acting(self.job))
-
-    def _local(self, trainers: bool | None = None) -> list[RoleProcess]:
-        """This host's roles (only those that import torch at their start, or only
-        the others)."""
+    def _local(self, torch: bool | None = None) -> list[RoleProcess]:
+        """This host's roles (only those forked from the torch zygote, or only the
+        others)."""
         return [rp for rp in self.procs if self.plan.host_of(rp.placement).is_local
-                and trainers in (None, self._torch_role(rp.placement.role))]
+                and torch in (None, from_zygote(self.job, rp.placement.role))]
 
-    def _forked_trainer(self, rp: RoleProcess) -> bool:
-        return self.job.launch.fork_server and rp in self._local(trainers=True)
+    def _from_zygote(self, rp: RoleProcess) -> bool:
+        return self.job.launch.fork_server and rp in self._local(torch=True)
 
-    async def _fork_server(self, trainers: bool = False) -> ForkServer | None:
+    async def _fork_server(self, torch: bool = False) -> ForkServer | None:
         """The fork server for this host's roles (`launch.fork_server`), handed to
         each of them; None (every role exec'd) when it is off or cannot start.
-        With `trainers`, the torch zygote, handed to the trainers (and their
-        spares) instead: they start with torch imported."""
-        local = self._local(trainers=True) if trainers else self._local()
+        With `torch`, the torch zygote, handed (in `run`) to the roles that import
+        torch at their start and their spares instead: they start with it imported."""
+        local = self._local(torch=True) if torch else self._local()
         if not self.job.launch.fork_server or not local:
             return None
-        err = self.logs / ("forkserver-torch.err" if trainers else "forkserver.err")
-        pol = self.job.algorithm.policy
-        hf = ("transformers", *(("peft",) if pol.lora_rank else ())) if pol.kind == "hf" else ()
-        forks = await ForkServer.start(err, trainers=trainers, modules=hf)
+        err = self.logs / ("forkserver-torch.err" if torch else "forkserver.err")
+        forks = await ForkServer.start(err, torch=torch,
+                                       modules=zygote_modules(self.job) if torch else ())
         if forks is None:
-            self.log.warning("fork_server_unavailable", error=_last_lines(err, 3), torch=trainers,
-                             fallback="trainers import torch after their fork" if trainers
+            self.log.warning("fork_server_unavailable", error=_last_lines(err, 3), torch=torch,
+                             fallback="they import torch after their fork" if torch
                              else "each role its own interpreter")
             return None
-        self.log.info("fork_server_started", pid=forks.proc.pid, roles=len(local), torch=trainers)
-        for rp in [] if trainers else local:  # the zygote's are handed it in run()
+        self.log.info("fork_server_started", pid=forks.proc.pid, roles=len(local), torch=torch)
+        for rp in [] if torch else local:  # the zygote's are handed it in run()
             rp.forks = forks
         return forks
 

@@ -51,8 +51,8 @@ from . import blas  # noqa: F401  (before numpy: one BLAS thread per role proces
 MAX_MSG = 1 << 20
 
 
-def _preload(trainers: bool, modules: list[str]) -> None:
-    """What every role imports, torch excepted; with `trainers`, torch too, what
+def _preload(torch: bool, modules: list[str]) -> None:
+    """What every role imports, torch excepted; with `torch`, torch too, what
     a trainer imports ahead of need (its `preload`) and `modules` (transformers
     for a Hugging Face policy)."""
     import importlib
@@ -62,7 +62,7 @@ def _preload(trainers: bool, modules: list[str]) -> None:
 
     for role in FORKABLE_ROLES:
         role_class(role)
-    if trainers:
+    if torch:
         for role in TRAINER_ROLES:
             role_class(role).preload()
         for name in modules:
@@ -143,15 +143,15 @@ def _threads() -> int:
         return 1
 
 
-def serve(fd: int, trainers: bool = False, modules: list[str] | None = None) -> None:
+def serve(fd: int, torch: bool = False, modules: list[str] | None = None) -> None:
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when roles stop
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through wake_w
-    _preload(trainers, modules or [])
-    if not trainers and "torch" in sys.modules:  # a role module began to import it
+    _preload(torch, modules or [])
+    if not torch and "torch" in sys.modules:  # a role module began to import it
         sys.exit("fork server: torch was imported while preloading")
     if _threads() != 1:  # a fork would copy a lock another thread may hold
         sys.exit(f"fork server: {_threads()} threads after preloading; forking needs one")
@@ -185,4 +185,4 @@ def serve(fd: int, trainers: bool = False, modules: list[str] | None = None) -> 
 
 if __name__ == "__main__":
     # FD [--torch [MODULE...]]
-    serve(int(sys.argv[1]), trainers="--torch" in sys.argv[2:], modules=sys.argv[3:])
+    serve(int(sys.argv[1]), torch="--torch" in sys.argv[2:], modules=sys.argv[3:])

@@ -108,8 +108,9 @@ class Follower:
 
 def _keys(run_dir: str | None) -> CurveKeys | None:
     """The job's keys from the run folder (the launcher writes keys.json there)."""
-    path = Path(run_dir or "") / "keys.json"
+    if not run_dir:
+        return None
     try:
-        return CurveKeys.load(path) if run_dir else None
+        return CurveKeys.load(Path(run_dir) / "keys.json")
     except (OSError, ValueError):
         return None

@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
 from tools.faults.chaos import Run, kill_one, wait  # noqa: E402
+from tools.faults.scenarios import shipped  # noqa: E402
 from tools.harness import ROOT, events, rss_mb  # noqa: E402
 
 KINDS = ("sampler", "replay", "trainer", "evaluator", "registry")
@@ -95,9 +96,7 @@ class Soak:
                        if e.get("host") == there and e["member"].startswith("sampler")})
 
     def shipped(self, member: str, after: float) -> bool:
-        return any(e.get("event") == "metrics" and e["ts"] > after
-                   and e.get("sampler/fragments", 0) > 0
-                   for e in events(self.run_dir / "logs" / f"{member}.jsonl"))
+        return shipped(self.run_dir, member, after) > 0
 
     # -- the faults -------------------------------------------------------------------
 
@@ -206,20 +205,21 @@ def run_faults(s: Soak, minutes: float, seed: int) -> dict:
     """The schedule, then the memory samples: {"minute_5": ..., "end": ...}."""
     rng, turn = random.Random(seed), 0
     mem: dict = {}
-    for at, what in schedule(minutes):
+
+    def until(at: float) -> None:  # waiting, with the minute-5 sample on the way
         while time.time() < s.t0 + at:
             if "minute_5" not in mem and time.time() >= s.t0 + 300:
                 mem["minute_5"] = memory(s)
             time.sleep(0.5)
+
+    for at, what in schedule(minutes):
+        until(at)
         if what == "kill":
             s.kill(KINDS[turn % len(KINDS)], rng)
             turn += 1
         else:
             {"partition": s.partition, "crash": s.crash, "disk": s.disk_full}[what]()
-    while time.time() < s.t0 + minutes * 60:
-        if "minute_5" not in mem and time.time() >= s.t0 + 300:
-            mem["minute_5"] = memory(s)
-        time.sleep(0.5)
+    until(minutes * 60)
     mem["end"] = memory(s)
     mem.setdefault("minute_5", mem["end"])
     return mem

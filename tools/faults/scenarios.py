@@ -119,6 +119,13 @@ def _final(run: Path, prefix: str, key: str) -> float:
     return total
 
 
+def shipped(run: Path, member: str, after: float = 0.0) -> int:
+    """The most fragments a sampler reported shipped in its metrics after `after`."""
+    got = [e.get("sampler/fragments", 0) for e in events(run / "logs" / f"{member}.jsonl")
+           if e.get("event") == "metrics" and e["ts"] > after]
+    return max(got, default=0)
+
+
 class _LabJob:
     """The main job on two namespace hosts (tools/hosts/netns.py): everything on host 0,
     samplers on both; the launcher runs inside host 0."""
@@ -148,9 +155,7 @@ class _LabJob:
                        if e.get("event") == "role_started" and e.get("host") == there})
 
     def shipped(self, member: str, after: float = 0.0) -> int:
-        got = [e.get("sampler/fragments", 0) for e in self.log(member)
-               if e.get("event") == "metrics" and e["ts"] > after]
-        return max(got, default=0)
+        return shipped(self.run, member, after)
 
     def training(self) -> bool:
         return bool(self.away()) and all(self.shipped(m) > 0 for m in self.away())

@@ -88,6 +88,8 @@ def ssh_job(sshd, tmp_path_factory):
         wait_for(lambda: sampler_sampling(run, "sampler-0"), 180, what="sampler-0 sampling")
         os.kill(_pid(run, "sampler-0")[0], signal.SIGKILL)
         wait_for(lambda: _restarted(run, "sampler-0"), 60, what="sampler-0 restarted")
+        # the shard's start is not ordered with a sampler's first steps (a PUSH queues)
+        wait_for(lambda: _pid(run, "replay-0")[0], 120, what="replay-0 started")
         os.kill(_pid(run, "replay-0")[0], signal.SIGKILL)
         wait_for(lambda: _restarted(run, "replay-0"), 60, what="replay-0 restarted")
         out, err = proc.communicate(timeout=900)

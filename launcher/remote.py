@@ -25,6 +25,7 @@ from verl_zmq.config import Job
 from .forking import ForkedProcess, ForkServer, forkable
 from .hosts import Host
 from .plan import Placement, Plan
+from .relay import LogRelay
 
 SSH_BASE = ["ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5",
             "-o", "ServerAliveCountMax=3"]
@@ -145,10 +146,16 @@ class RoleProcess:
     exit_code: int | None = None
     spares_lost: int = 0  # spares that exited before they were used
     forks: ForkServer | None = None  # local roles: forked from it while it lives
+    relay: bool = False  # remote: the launcher writes its output into the log files
+    log_events: tuple = (None, None)  # LogRelay's on_error, on_back
+    relays: dict[int, list[asyncio.Task]] = field(default_factory=dict)  # pid -> its relays
 
     async def _spawn(self, argv: list[str]):
         """The role's process: forked by the fork server when it can, else exec'd
-        (an `asyncio.subprocess.Process`, or a `ForkedProcess` that acts as one)."""
+        (an `asyncio.subprocess.Process`, or a `ForkedProcess` that acts as one);
+        a remote one's output relayed into its log files."""
+        if self.relay:
+            return await self._spawn_relayed(argv)
         out = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         err = open(self.err_path, "ab")  # noqa: SIM115
         try:
@@ -163,6 +170,28 @@ class RoleProcess:
         finally:
             out.close()
             err.close()
+
+    async def _spawn_relayed(self, argv: list[str]) -> asyncio.subprocess.Process:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            env={**os.environ, **self.env})
+        loop = asyncio.get_running_loop()
+        # held until they end: a task nothing holds may vanish
+        self.relays[proc.pid] = [
+            loop.create_task(LogRelay(path, self.placement.member_id, *self.log_events)
+                             .run(stream))
+            for stream, path in ((proc.stdout, self.log_path), (proc.stderr, self.err_path))]
+        return proc
+
+    async def drained(self, timeout_s: float = 2.0) -> None:
+        """After the process ended: its last lines are in the log files (a relayed
+        role's output may still be on its way)."""
+        tasks = self.relays.pop(self.proc.pid, []) if self.proc is not None else []
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
+        for pid in [pid for pid, ts in self.relays.items() if all(t.done() for t in ts)]:
+            del self.relays[pid]  # spares' that ended unused
 
     async def start(self) -> bool:
         """Start the role (on the warm spare when there is one); True if a spare."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import signal
 import sys
 import time
@@ -75,7 +76,9 @@ class Supervisor:
                         env={**self._env(p),
                              **({"VERL_CPUS": cpus[p.member_id]} if p.member_id in cpus else {})},
                         spare_argv=full_argv(job, plan, p, run_dir, standby=True)
-                        if p.role in job.launch.standby else None)
+                        if p.role in job.launch.standby else None,
+                        relay=not plan.host_of(p).is_local,
+                        log_events=(self._log_unwritable, self._log_writable))
             for p in plan.placements
         ]
         self.view = RunView(run_dir)
@@ -104,6 +107,16 @@ class Supervisor:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in p.gpus)
         return env
 
+    def _log_unwritable(self, path: Path, e: OSError) -> None:
+        """A remote role's log could not be written (a full disk, most often): the
+        user must act, so it is a warning on the terminal; lines are dropped,
+        counted, until the file takes them again."""
+        self.log.warning("role_log_unwritable", path=path.name, error=e.strerror or str(e),
+                         errno=errno.errorcode.get(e.errno or 0, ""))
+
+    def _log_writable(self, path: Path, lost_bytes: int) -> None:
+        self.log.info("role_log_writable", path=path.name, bytes_lost=lost_bytes)
+
     def on_signal(self, sig: int) -> None:
         """The stop comes first and nothing here can raise: a console or log on a
         full disk must not keep the launcher from stopping."""
@@ -123,6 +136,7 @@ class Supervisor:
         L = self.job.launch
         while True:
             rc = await rp.proc.wait()
+            await rp.drained()
             rp.exit_code = rc
             if self.stopping:
                 return
@@ -341,6 +355,7 @@ class Supervisor:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(5):
                         await rp.proc.wait()
+                await rp.drained()
         for spare in spares:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5):

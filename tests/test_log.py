@@ -37,3 +37,45 @@ def test_a_log_that_fills_goes_to_stderr_then_back_to_the_log(capsys):
     assert "writable again" in capsys.readouterr().err
     lines = [x for x in stream.getvalue().splitlines() if x]
     assert lines == ['{"n": 1}', '{"n": 5}']
+
+
+def test_a_remote_roles_relayed_log_survives_a_full_disk(tmp_path):
+    """The launcher's relay of a role's output (over SSH): a full disk drops lines,
+    counted and said once; once the file takes lines again a `log_gap` line says
+    what was lost and the role's lines go on."""
+    import asyncio
+    import json
+
+    from launcher.relay import LogRelay
+
+    real, link = tmp_path / "sampler-0.jsonl", tmp_path / "log"
+    real.touch()
+    link.symlink_to(real)
+    errors, backs = [], []
+    relay = LogRelay(link, "sampler-0", lambda p, e: errors.append(e.errno),
+                     lambda p, n: backs.append(n))
+    relay.RETRY_S = 0.0
+    full = [b'{"n": 2}\n', b'{"n": 3}\n']
+
+    async def feed():
+        reader = asyncio.StreamReader()
+        task = asyncio.create_task(relay.run(reader))
+        reader.feed_data(b'{"n": 1}\n')
+        await asyncio.sleep(0)
+        link.unlink()
+        link.symlink_to("/dev/full")  # every write: ENOSPC
+        for chunk in full:
+            reader.feed_data(chunk)
+            await asyncio.sleep(0)
+        link.unlink()
+        link.symlink_to(real)
+        reader.feed_data(b'{"n": 4}\n')
+        reader.feed_eof()
+        await task
+
+    asyncio.run(feed())
+    assert errors == [errno.ENOSPC]  # said once, not per line
+    assert backs == [sum(map(len, full))]
+    lines = [json.loads(x) for x in real.read_text().splitlines() if x]
+    assert [x.get("n") for x in lines] == [1, None, 4]
+    assert lines[1]["event"] == "log_gap" and lines[1]["bytes_lost"] == backs[0]

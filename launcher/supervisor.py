@@ -191,7 +191,8 @@ class Supervisor:
             for rp in self.procs:
                 if rp.spare_argv is None or rp.spares_lost >= SPARES_LOST_MAX:
                     continue
-                if rp.running and self._spare_due(rp) and not self.stopping:
+                # none once the job is ending: _stop_all has dropped the spares it knew
+                if rp.running and self._spare_due(rp) and not (self.stopping or self._done()):
                     if await rp.keep_spare():
                         self.log.info("spare_started", member=rp.placement.member_id,
                                       pid=rp.spare.pid)
@@ -274,6 +275,9 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
                     await self.wake.wait()
+        spares.cancel()  # no spare starts once the job ends
+        with contextlib.suppress(asyncio.CancelledError):
+            await spares
         await self._stop_all(finishing=not self.stopping)
         for forks in servers:
             forks.close()
@@ -281,7 +285,6 @@ class Supervisor:
                 async with asyncio.timeout(5):
                     await forks.proc.wait()
         progress.cancel()
-        spares.cancel()
         for w in watchers:
             w.cancel()
         new = self.view.poll()

@@ -16,6 +16,7 @@ it exactly as shipped.
     python tools/bench/learning.py lunarlander-ppo [--seeds 0 1 2]    # box2d extra; long
     python tools/bench/learning.py dapo-cartpole [--seeds 0 1 2]
     python tools/bench/learning.py bc-cartpole [--seeds 0 1 2]
+    python tools/bench/learning.py ppo-cartpole --vs sample-factory [--seeds 0 1 2]
 
 `dapo-cartpole` runs `tools/bench/dapo.py`: decentralised DAPO (4 peers, one
 sampler of 8 envs each) as shipped, with the group's batch shared and exact
@@ -179,15 +180,26 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--target", type=float, default=None,
                     help="return to reach (default: 475 for CartPole, -200 for Pendulum)")
+    ap.add_argument("--vs", choices=["sb3", "sample-factory"], default="sb3",
+                    help="the baseline: Stable-Baselines3, or Sample Factory 2.1.1 (APPO, in "
+                         "a virtual environment of its own; tools/bench/vs_sf.py)")
     ap.add_argument("--sync", action="store_true",
                     help="ours with synchronous samplers (each fragment from the newest policy)")
     ap.add_argument("--set", dest="overrides", action="append", default=[],
                     help="a job override for ours, after the zoo's (section.key=value)")
     args = ap.parse_args()
-    if args.bench == "dapo-cartpole":  # its arms live in bench_dapo.py
-        import bench_dapo
+    if args.vs == "sample-factory":  # its arms live in tools/bench/vs_sf.py
+        from tools.bench import vs_sf
 
-        bench_dapo.main(["--seeds", *map(str, args.seeds), "--target",
+        if args.bench not in vs_sf.TASKS:
+            sys.exit(f"--vs sample-factory: {args.bench} has no Sample Factory arm; "
+                     f"one of {', '.join(vs_sf.TASKS)}")
+        vs_sf.main(args.bench, args.seeds)
+        return
+    if args.bench == "dapo-cartpole":  # its arms live in tools/bench/dapo.py
+        from tools.bench import dapo
+
+        dapo.main(["--seeds", *map(str, args.seeds), "--target",
                          str(args.target if args.target is not None else 475.0)])
         return
     if args.bench == "bc-cartpole":

@@ -104,6 +104,10 @@ def _check_learners(job: Job, source: str) -> None:
     if n <= 1:
         return
     where = f"{source}: training.num_learners"
+    if job.training.stop_at_episode_return is not None:
+        raise ConfigError(f"{source}: training.stop_at_episode_return: each of {n} "
+                          f"data-parallel learners sees its own episodes; stop on "
+                          f"evaluation.stop_at_return instead")
     if job.traits.decentralised:
         raise ConfigError(f"{where}: {job.algorithm.name}'s peers are learners without a "
                           f"centre; set launch.peers instead")

@@ -189,6 +189,9 @@ class Trainer:
                 self.state.env_steps = await asyncio.to_thread(self.sum_steps,
                                                                self.state.env_steps)
             await after_update()
+            if self._episode_target_reached():
+                await publish()
+                break
             if T.update_delay_s > 0:
                 await asyncio.sleep(T.update_delay_s)
             if self.state.version % T.sync_interval_updates == 0:
@@ -202,6 +205,17 @@ class Trainer:
                 await asyncio.to_thread(self.snapshot)
         self._count(feed)
         feed.drain()
+
+    def _episode_target_reached(self) -> bool:
+        """`training.stop_at_episode_return` met by a full window of 100 episodes."""
+        target = self.job.training.stop_at_episode_return
+        if target is None or len(self.returns) < (self.returns.maxlen or 0) \
+                or self.mean_return() < target:
+            return False
+        self.log.info("episode_target_reached", target=target,
+                      episode_return_mean=round(self.mean_return(), 3),
+                      env_steps=self.state.env_steps, version=self.state.version)
+        return True
 
     def _count(self, feed: Feed) -> int:
         self.state.env_steps = feed.env_steps(self.state.env_steps)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -58,29 +59,51 @@ def _launcher_events(run, event: str) -> list[dict]:
     return [e for e in read_events(run / "logs" / "launcher.jsonl") if e.get("event") == event]
 
 
+def _shipping_again(run, member: str, since: float) -> bool:
+    """`member` restarted after `since` has shipped a fragment."""
+    return any(e.get("event") == "metrics" and e["ts"] > since
+               and e.get("sampler/fragments", 0) > 0
+               for e in read_events(run / "logs" / f"{member}.jsonl"))
+
+
 @pytest.mark.timeout(600)
 def test_samplers_of_a_lost_host_come_back_when_it_answers(tmp_path, monkeypatch):
+    # a budget the job never reaches: it is stopped once the host's samplers ship again
     proc, run, down = _start(tmp_path, monkeypatch, SAMPLERS_AWAY,
-                             "training.total_timesteps=50000")
+                             "training.total_timesteps=10000000", "logging.interval_s=1.0")
     try:
         wait_for(lambda: learner_training(run), 180, what="the job training")
+        plan = json.loads((run / "plan.json").read_text())
+        away = {p["member_id"] for p in plan["placements"]
+                if plan["hosts"][p["host"]]["address"] == "127.0.0.3"}
         assert lose_host(down, "127.0.0.3")
-        wait_for(lambda: _launcher_events(run, "host_lost"), 60, what="the loss noticed")
+        wait_for(lambda: {e["member"] for e in _launcher_events(run, "host_lost")} == away,
+                 60, what="the loss noticed for every role there")
+        lost = away
         time.sleep(2)
         assert proc.poll() is None  # the job goes on with the other host's samplers
+        steps = [e["learner/env_steps"] for e in read_events(run / "logs" / "learner-0.jsonl")
+                 if e.get("event") == "metrics"]
         (down / "127.0.0.3").unlink()  # the host answers again
         wait_for(lambda: _launcher_events(run, "host_back"), 120, what="the host probed back")
-        out, err = proc.communicate(timeout=400)
+        back_at = _launcher_events(run, "host_back")[0]["ts"]
+        wait_for(lambda: all(_shipping_again(run, m, back_at) for m in lost), 120,
+                 what="the lost samplers shipping again")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
     finally:
         kill_tree(proc)
-    assert proc.returncode == 0, err[-3000:]
+    assert proc.returncode == 130, err[-3000:]  # stopped by the test, every role cleanly
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "done"
-    lost = summary["lost_hosts"]["127.0.0.3"]
-    assert lost and all(m.startswith("sampler-") for m in lost)
+    assert summary["status"] == "interrupted"
+    assert set(summary["lost_hosts"]["127.0.0.3"]) == lost
+    assert all(m.startswith("sampler-") for m in lost)
     back = {e["member"] for e in _launcher_events(run, "role_restarted")
             if e.get("host") == "127.0.0.3"}
-    assert set(lost) <= back
+    assert lost <= back
+    later = [e["learner/env_steps"] for e in read_events(run / "logs" / "learner-0.jsonl")
+             if e.get("event") == "metrics"]
+    assert later[-1] > steps[-1]  # training went on through the loss and the return
 
 
 @pytest.mark.timeout(300)

@@ -126,3 +126,36 @@ def test_a_lost_samplers_share_goes_to_the_others_and_back():
     assert not p.may_ship()
     p.share_among(4, 4)  # no change: the count stands
     assert not p.may_ship()
+
+
+def test_many_samplers_take_turns_a_batch_at_every_update():
+    """16 samplers sharing batches of 2 fragments: at every update the group may
+    ship exactly 2 more, each sampler in its turn, never all 16 at once."""
+    n, per_batch = 16, 2.0
+    pacers = [Pacer(share=per_batch / n, lead=1) for _ in range(n)]
+    for i, p in enumerate(pacers):
+        p.share_among(per_batch, n, i)
+        p.heard(0)
+    turns: list[set[int]] = []
+    for update in range(24):
+        shipped = {i for i, p in enumerate(pacers) if _ship_all(p)}
+        assert len(shipped) == 2, (update, shipped)
+        turns.append(shipped)
+        for p in pacers:
+            p.heard(update + 1)
+    # every sampler had its turns, one every 8 updates
+    assert all(sum(i in t for t in turns) == 3 for i in range(n))
+
+
+def test_uneven_shares_still_sum_to_the_batch():
+    for n, per_batch in ((3, 2.0), (6, 3.0), (5, 4.0), (7, 3.0)):
+        pacers = [Pacer(share=per_batch / n, lead=2) for _ in range(n)]
+        for i, p in enumerate(pacers):
+            p.share_among(per_batch, n, i)
+            p.heard(0)
+        total = sum(_ship_all(p) for p in pacers)
+        assert total == 2 * per_batch, (n, per_batch)  # the lead's two batches
+        for update in range(1, 13):
+            for p in pacers:
+                p.heard(update)
+            assert sum(_ship_all(p) for p in pacers) == per_batch, (n, per_batch, update)

@@ -94,8 +94,9 @@ class SamplerRole(Role):
             # the batch is shared among the samplers alive now: with one lost (its
             # host gone) the others' shares grow, or the learner would wait for
             # fragments no budget allows
-            self.pacer.share_among(self.job.fragments_per_batch,
-                                   len(self.group_members(SAMPLER)))
+            alive = sorted(self.group_members(SAMPLER))
+            self.pacer.share_among(self.job.fragments_per_batch, len(alive),
+                                   alive.index(self.id) if self.id in alive else 0)
         if self.shards:
             self.shard_ready.set()
         else:

@@ -20,6 +20,7 @@ the sampler role asks `may_ship` and reports.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..algos.traits import filters_fragments
@@ -31,6 +32,7 @@ class Pacer:
 
     share: float  # fragments per update: this sampler's part of one batch
     lead: int  # updates of lead over the learner
+    phase: float = 0.0  # in [0, 1): where this sampler's turns fall among the others'
     base: int | None = None  # the update count counting started at
     latest: int = 0  # the most updates heard
     shipped: int = 0  # fragments shipped since `base`
@@ -44,16 +46,23 @@ class Pacer:
 
     def may_ship(self) -> bool:
         done = 0 if self.base is None else self.latest - self.base
-        return self.shipped < (done + self.lead) * self.share
+        # whole fragments: with a share below one, the phase says at which updates
+        # this sampler's turn comes (the epsilon absorbs rounding of exact sums)
+        return self.shipped < math.floor((done + self.lead) * self.share + self.phase + 1e-9)
 
-    def share_among(self, fragments_per_batch: float, samplers: int) -> None:
+    def share_among(self, fragments_per_batch: float, samplers: int, index: int = 0) -> None:
         """This sampler's share of each batch when `samplers` (itself included) are
-        alive: a lost sampler's share goes to the others, a new one takes its part.
-        A new share counts afresh: fragments shipped at the old one would otherwise
-        hold this sampler back while the learner waits for its part."""
+        alive, it being the `index`-th of them: a lost sampler's share goes to the
+        others, a new one takes its part. Turns are spread: sampler i's phase is
+        frac(i x share), so that at every update the samplers together may ship
+        exactly a batch (Hermite's identity), fresh, instead of all of them shipping
+        at the same updates (a burst the learner drops for lag, then a wait). A new
+        share counts afresh: fragments shipped at the old one would otherwise hold
+        this sampler back while the learner waits for its part."""
         share = fragments_per_batch / max(1, samplers)
-        if share != self.share:
-            self.share = share
+        phase = (index * fragments_per_batch / max(1, samplers)) % 1.0
+        if share != self.share or phase != self.phase:
+            self.share, self.phase = share, phase
             self.reset()
 
     def shipped_one(self, forgiven: bool = False) -> None:

@@ -9,6 +9,11 @@ shard not reading and the samplers blocked on sending, both counted in seconds)
 and whether any role died.
 
     python tools/faults/soak.py [--seconds 600] [--max-growth-pct 5] [--max-growth-mb 50]
+
+With `--chaos` it is the long run under fire instead (tools/faults/chaos_soak.py,
+root: namespace hosts, a fault every minute): its options apply.
+
+    sudo python tools/faults/soak.py --chaos --minutes 30 [--job configs/cartpole_dapo.toml]
 """
 
 from __future__ import annotations
@@ -123,4 +128,9 @@ def _grew(log: Path, key: str, since: float | None) -> float:
 
 
 if __name__ == "__main__":
+    if "--chaos" in sys.argv[1:]:
+        sys.argv.remove("--chaos")
+        from tools.faults import chaos_soak
+
+        sys.exit(chaos_soak.main())
     sys.exit(main())

@@ -81,7 +81,7 @@ class Supervisor:
                         log_events=(self._log_unwritable, self._log_writable))
             for p in plan.placements
         ]
-        self.view = RunView(run_dir)
+        self.view = RunView(run_dir, keep_train=False)  # as long as the job: bounded
         self.view.poll()  # a resumed run's past: its evaluations count in the summary
         # DAPO's peers together: their budget is the group's with share_batch, else each's
         T, peers = job.training, max(1, job.launch.peers) if job.traits.decentralised else 1

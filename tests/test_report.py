@@ -81,3 +81,19 @@ def test_the_closing_block_names_the_best_checkpoint_warnings_and_next_commands(
     for part in ("best.pt", "checkpoint_skipped x5 (learner-0): free_mb=0.2",
                  "exit code 3", "verl eval", "verl plot"):
         assert part in text, text
+
+
+def test_the_launchers_view_keeps_no_growing_training_curve(tmp_path):
+    """Every sampler's every metrics line would add a point: a view as long-lived
+    as the job keeps the counts, not the curve (plots read the logs themselves)."""
+    now = time.time()
+    events = [{"id": "learner-0", "role": "learner", "event": "metrics", "ts": now + i,
+               "learner/env_steps": 100 * (i + 1)} for i in range(50)]
+    events += [{"id": "sampler-0", "role": "sampler", "event": "metrics", "ts": now + i,
+                "sampler/episode_return_mean": float(i)} for i in range(50)]
+    _view(tmp_path, events)  # writes the logs
+    whole, bounded = RunView(tmp_path), RunView(tmp_path, keep_train=False)
+    whole.poll()
+    bounded.poll()
+    assert len(whole.train) > 0 and bounded.train == []
+    assert bounded.env_steps == whole.env_steps == 5000

@@ -39,6 +39,9 @@ class RunView:
     first_ts: float | None = None
     evals: list[tuple[int, float, float]] = field(default_factory=list)  # steps, ret, ts
     train: list[tuple[int, float, float]] = field(default_factory=list)  # sampler returns
+    # the training-return curve grows with every sampler's every metrics line: a plot
+    # wants it whole; a view that lives as long as the job (the launcher's) keeps none
+    keep_train: bool = True
     finished: bool = False
     trained: set[str] = field(default_factory=set)  # trainers that logged `first_update`
     dropped: int = 0  # fragments the learners dropped for lag (max over them)
@@ -103,7 +106,8 @@ class RunView:
         if isinstance(r, int | float) and self.env_steps > 0:
             self._sampler_returns[m.id] = float(r)  # mean over samplers, latest each
             vals = self._sampler_returns.values()
-            self.train.append((self.env_steps, sum(vals) / len(vals), ts))
+            if self.keep_train:
+                self.train.append((self.env_steps, sum(vals) / len(vals), ts))
 
     def _steps(self, n: int, ts: float, member=None) -> None:
         """A trainer's env steps: the job's are a learner's, or the sum of the peers'."""

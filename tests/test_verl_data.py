@@ -146,6 +146,19 @@ def broken(data_source, solution_str, ground_truth, extra_info=None):
 '''
 
 
+def test_a_lost_samplers_prompts_are_dealt_to_the_others_from_the_next_epoch():
+    from verl_zmq.seq.prompts import PromptDeck
+
+    n = 12
+    decks = [PromptDeck(n, w, 3, seed=7) for w in range(3)]
+    first = [d.draw(4) for d in decks]  # epoch 0: a third each
+    assert sorted(sum(first, [])) == list(range(n))
+    for i, d in enumerate(decks[:2]):  # sampler 2 is gone for good
+        d.regroup(i, 2)
+    second = [d.draw(6) for d in decks[:2]]  # epoch 1: halves, every prompt served
+    assert sorted(sum(second, [])) == list(range(n))
+
+
 def test_a_scorer_from_outside_the_package_returns_a_dict(tmp_path, monkeypatch):
     (tmp_path / "my_scorer.py").write_text(SCORER)
     monkeypatch.syspath_prepend(str(tmp_path))

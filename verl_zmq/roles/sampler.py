@@ -90,13 +90,16 @@ class SamplerRole(Role):
         learners_moved = _follow(self.sub, self.learners, learners, self.log, "learner")
         if self.pacer is not None and (shards_moved or learners_moved):
             self.pacer.reset()
+        alive = sorted(self.group_members(SAMPLER))
         if self.pacer is not None:
             # the batch is shared among the samplers alive now: with one lost (its
             # host gone) the others' shares grow, or the learner would wait for
             # fragments no budget allows
-            alive = sorted(self.group_members(SAMPLER))
             self.pacer.share_among(self.job.fragments_per_batch, len(alive),
                                    alive.index(self.id) if self.id in alive else 0)
+        deck = getattr(self.collector, "deck", None)  # post-training: the prompts
+        if deck is not None and self.id in alive:
+            deck.regroup(alive.index(self.id), len(alive))
         if self.shards:
             self.shard_ready.set()
         else:

@@ -114,17 +114,27 @@ def encode_prompts(path: str, tok: Any, s: PromptSettings) -> Encoded:
 class PromptDeck:
     """The prompts one sampler of `workers` serves, epoch after epoch: each epoch one
     shuffle shared by every sampler (seeded by the job's seed and the epoch), dealt
-    round-robin, so every prompt is served once per epoch across the samplers."""
+    round-robin, so every prompt is served once per epoch across the samplers.
+    `regroup` deals the epochs after this one among the samplers alive now: a
+    sampler lost for good leaves no prompts unserved past its epoch."""
 
     def __init__(self, n: int, worker: int, workers: int, seed: int):
         self.n, self.worker, self.workers, self.seed = n, worker, workers, seed
         self.epoch = 0
         self.queue: list[int] = []
+        self.next_group: tuple[int, int] | None = None
+
+    def regroup(self, worker: int, workers: int) -> None:
+        """This sampler is the `worker`-th of `workers` alive: from the next epoch
+        on (this one's deal stands: the others dealt it the same way)."""
+        self.next_group = (worker, max(1, workers))
 
     def draw(self, k: int) -> list[int]:
         out: list[int] = []
         while len(out) < k:
             if not self.queue:
+                if self.next_group is not None:
+                    (self.worker, self.workers), self.next_group = self.next_group, None
                 share = epoch_share(self.n, self.epoch, self.worker, self.workers, self.seed)
                 self.epoch += 1
                 # a file with fewer prompts than samplers: this one serves from the whole

@@ -159,3 +159,21 @@ def test_uneven_shares_still_sum_to_the_batch():
             for p in pacers:
                 p.heard(update)
             assert sum(_ship_all(p) for p in pacers) == per_batch, (n, per_batch, update)
+
+
+def test_many_samplers_keep_fragments_under_way_within_the_lag_limit():
+    """16 samplers, batches of 2 fragments, the learner's lag limit 4: each sampler
+    is allowed ahead up to 4 updates (fragments trained on at lag 3 at most), so 8
+    fragments are under way at once instead of 2, then 2 more at every update."""
+    n, per_batch = 16, 2.0
+    pacers = [Pacer(share=per_batch / n, lead=1, max_lead=4) for _ in range(n)]
+    for i, p in enumerate(pacers):
+        p.share_among(per_batch, n, i)
+        p.heard(0)
+    assert pacers[0].lead_now == 4
+    assert sum(_ship_all(p) for p in pacers) == 4 * per_batch
+    for update in range(1, 20):
+        for p in pacers:
+            p.heard(update)
+        assert sum(_ship_all(p) for p in pacers) == per_batch
+    assert Pacer(share=1.0, lead=1, max_lead=4).lead_now == 1  # a whole share: as set

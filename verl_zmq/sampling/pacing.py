@@ -14,7 +14,10 @@ fragments arrive fresh (lag 0), as in a synchronous loop but without a barrier
 between samplers. With k = 2 samplers collect the next batch while the learner
 trains on this one (overlap), and fragments arrive one update old. Either way
 nothing piles up in shard and socket queues to be dropped for lag. A learner
-heard counting from fewer updates (restarted) starts the count afresh. No I/O:
+heard counting from fewer updates (restarted) starts the count afresh. With
+more samplers than fragments in a batch (a share below one) the samplers take
+turns (`Pacer.phase`) and each may run ahead enough to have a fragment under
+way, up to the learner's lag limit (`Pacer.lead_now`). No I/O:
 the sampler role asks `may_ship` and reports.
 """
 
@@ -32,6 +35,7 @@ class Pacer:
 
     share: float  # fragments per update: this sampler's part of one batch
     lead: int  # updates of lead over the learner
+    max_lead: int = 1  # updates of lead a fragment may have and not be dropped for lag
     phase: float = 0.0  # in [0, 1): where this sampler's turns fall among the others'
     base: int | None = None  # the update count counting started at
     latest: int = 0  # the most updates heard
@@ -48,7 +52,18 @@ class Pacer:
         done = 0 if self.base is None else self.latest - self.base
         # whole fragments: with a share below one, the phase says at which updates
         # this sampler's turn comes (the epsilon absorbs rounding of exact sums)
-        return self.shipped < math.floor((done + self.lead) * self.share + self.phase + 1e-9)
+        return self.shipped < math.floor((done + self.lead_now) * self.share + self.phase
+                                         + 1e-9)
+
+    @property
+    def lead_now(self) -> int:
+        """The lead, and with a share below one fragment at least enough updates
+        for each sampler to have a fragment under way (many samplers, each with
+        a turn every few updates: envs that wait must not sit idle between turns),
+        while the fragments stay younger than the learner's lag limit."""
+        if self.share >= 1.0 or self.share <= 0.0:
+            return self.lead
+        return max(self.lead, min(math.ceil(1.0 / self.share - 1e-9), self.max_lead))
 
     def share_among(self, fragments_per_batch: float, samplers: int, index: int = 0) -> None:
         """This sampler's share of each batch when `samplers` (itself included) are
@@ -86,4 +101,6 @@ def make_pacer(job) -> Pacer | None:
     if S.lead_updates <= 0 or S.mode == "sync" or not job.traits.on_policy \
             or filters_fragments(job):
         return None
-    return Pacer(share=job.fragments_per_batch / S.num_workers, lead=S.lead_updates)
+    # a fragment collected for the update `lead` ahead is trained on at lag lead - 1
+    return Pacer(share=job.fragments_per_batch / S.num_workers, lead=S.lead_updates,
+                 max_lead=max(S.lead_updates, job.training.max_policy_lag))

@@ -12,6 +12,7 @@ file takes lines again, a `log_gap` line says how many bytes were lost.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import time
@@ -96,3 +97,17 @@ class LogRelay:
         self._drop(unwritten)
         if first and self.on_error is not None:
             self.on_error(self.path, e)
+
+
+def relay_events(log) -> tuple[Callable[[Path, OSError], None], Callable[[Path, int], None]]:
+    """The launcher's `on_error` and `on_back`: a refused write (a full disk) is a
+    warning on the terminal; the file taking lines again, with what was lost."""
+
+    def unwritable(path: Path, e: OSError) -> None:
+        log.warning("role_log_unwritable", path=path.name, error=e.strerror or str(e),
+                    errno=errno.errorcode.get(e.errno or 0, ""))
+
+    def writable(path: Path, lost: int) -> None:
+        log.info("role_log_writable", path=path.name, bytes_lost=lost)
+
+    return unwritable, writable

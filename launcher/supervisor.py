@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import signal
 import sys
 import time
@@ -23,6 +22,7 @@ from .affinity import cpu_specs
 from .forking import ForkedProcess, ForkServer, from_zygote, zygote_modules
 from .lost import NODE_FAILURE, SSH_LOST, host_lost, move_off
 from .plan import Placement, Plan
+from .relay import relay_events
 from .remote import RoleProcess, full_argv, make_bundle
 from .report import CHECKPOINT_EVENTS, Progress, Terminal, trainer_ids
 
@@ -78,7 +78,7 @@ class Supervisor:
                         spare_argv=full_argv(job, plan, p, run_dir, standby=True)
                         if p.role in job.launch.standby else None,
                         relay=not plan.host_of(p).is_local,
-                        log_events=(self._log_unwritable, self._log_writable))
+                        log_events=relay_events(log))
             for p in plan.placements
         ]
         self.view = RunView(run_dir, keep_train=False)  # as long as the job: bounded
@@ -106,16 +106,6 @@ class Supervisor:
         if role_traits(p.role).trains:  # its own devices (none: no GPU at all)
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in p.gpus)
         return env
-
-    def _log_unwritable(self, path: Path, e: OSError) -> None:
-        """A remote role's log could not be written (a full disk, most often): the
-        user must act, so it is a warning on the terminal; lines are dropped,
-        counted, until the file takes them again."""
-        self.log.warning("role_log_unwritable", path=path.name, error=e.strerror or str(e),
-                         errno=errno.errorcode.get(e.errno or 0, ""))
-
-    def _log_writable(self, path: Path, lost_bytes: int) -> None:
-        self.log.info("role_log_writable", path=path.name, bytes_lost=lost_bytes)
 
     def on_signal(self, sig: int) -> None:
         """The stop comes first and nothing here can raise: a console or log on a
@@ -276,8 +266,7 @@ class Supervisor:
                 async with asyncio.timeout(1.0):
                     await self.wake.wait()
         spares.cancel()  # no spare starts once the job ends
-        with contextlib.suppress(asyncio.CancelledError):
-            await spares
+        await asyncio.gather(spares, return_exceptions=True)
         await self._stop_all(finishing=not self.stopping)
         for forks in servers:
             forks.close()

@@ -166,11 +166,8 @@ class Training:
     torch_threads: int = 1  # resources.learner.cpu wins
     learn: bool = True  # false: drain batches without updating (pipeline benchmarks)
     update_delay_s: float = 0.0  # sleep after each update: a learner slowed on purpose (soak)
-    # end training once the mean return of the last 100 training episodes (the
-    # samplers' own, actions sampled) reaches it: the criterion other libraries log
-    stop_at_episode_return: float | None = None
-    # data parallel: N learner processes are one learner (torch.distributed), each
-    # updating on its share of the batch
+    stop_at_episode_return: float | None = None  # end at this last-100-episode training mean
+    # data parallel: N processes (torch.distributed), each updating on its share
     num_learners: int = 1  # processes of the one learner: gradients all-reduced
     learner_timeout_s: float = 60.0  # a rendezvous or collective waits at most this
 

@@ -37,7 +37,6 @@ class LogRelay:
         self.on_error = on_error
         self.on_back = on_back
         self.lost = 0  # bytes dropped since the failure, while `failed`
-        self.lost_total = 0
         self.failed = False
         self.retry_at = 0.0
 
@@ -48,16 +47,12 @@ class LogRelay:
 
     def write(self, data: bytes) -> None:
         if self.failed and time.monotonic() < self.retry_at:
-            self._drop(len(data))
+            self.lost += len(data)
             return
         if self.failed and not self._resume():
-            self._drop(len(data))
+            self.lost += len(data)
             return
         self._append(data)
-
-    def _drop(self, n: int) -> None:
-        self.lost += n
-        self.lost_total += n
 
     def _resume(self) -> bool:
         """After a failure: a line that ends whatever was cut short and says what
@@ -94,7 +89,7 @@ class LogRelay:
     def _fail(self, e: OSError, unwritten: int) -> None:
         first = not self.failed
         self.failed, self.retry_at = True, time.monotonic() + self.RETRY_S
-        self._drop(unwritten)
+        self.lost += unwritten
         if first and self.on_error is not None:
             self.on_error(self.path, e)
 

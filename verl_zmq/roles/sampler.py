@@ -91,15 +91,15 @@ class SamplerRole(Role):
         if self.pacer is not None and (shards_moved or learners_moved):
             self.pacer.reset()
         alive = sorted(self.group_members(SAMPLER))
+        index = alive.index(self.id) if self.id in alive else None
         if self.pacer is not None:
             # the batch is shared among the samplers alive now: with one lost (its
             # host gone) the others' shares grow, or the learner would wait for
             # fragments no budget allows
-            self.pacer.share_among(self.job.fragments_per_batch, len(alive),
-                                   alive.index(self.id) if self.id in alive else 0)
+            self.pacer.share_among(self.job.fragments_per_batch, len(alive), index or 0)
         deck = getattr(self.collector, "deck", None)  # post-training: the prompts
-        if deck is not None and self.id in alive:
-            deck.regroup(alive.index(self.id), len(alive))
+        if deck is not None and index is not None:
+            deck.regroup(index, len(alive))
         if self.shards:
             self.shard_ready.set()
         else:

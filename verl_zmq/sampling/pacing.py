@@ -75,7 +75,7 @@ class Pacer:
         share counts afresh: fragments shipped at the old one would otherwise hold
         this sampler back while the learner waits for its part."""
         share = fragments_per_batch / max(1, samplers)
-        phase = (index * fragments_per_batch / max(1, samplers)) % 1.0
+        phase = (index * share) % 1.0
         if share != self.share or phase != self.phase:
             self.share, self.phase = share, phase
             self.reset()

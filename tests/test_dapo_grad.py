@@ -33,20 +33,16 @@ def _shared(evs: list[dict]) -> bool:
     """Some set of parameters evaluated after version 0 was credited to two peers."""
     members: dict[str, set[str]] = {}
     for e in evs:
-        if e["version"] > 0:
+        if e["params_version"] > 0:
             members.setdefault(e["params"], set()).add(e["member"])
     return any(len(m) > 1 for m in members.values())
 
 
-def _mixed(logs) -> list[dict]:
-    """Evaluations of versions from the first parameter round that mixed all four
-    peers on: before it, on some runs, the peers' parameters differ with no round
-    said partial (a defect under investigation); the rounds keep them one set
-    from there on, which is what this checks."""
-    first = min([e["version"] for i in range(4)
-                 for e in _ev(logs / f"peer-{i}.jsonl", "gossip_round_mixed")
-                 if len(e["sources"]) == 3] or [10**9])
-    return [e for e in _ev(logs / "evaluator-0.jsonl", "evaluated") if e["version"] >= first]
+def _evaluated(logs) -> list[dict]:
+    """The evaluator's evaluations. A peer an update past the params that every peer
+    held is credited with those, and the event says when it held them
+    (`params_version`): its own `version` is its newest."""
+    return _ev(logs / "evaluator-0.jsonl", "evaluated")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +57,7 @@ def grad_run(tmp_path_factory):
         # the kill waits for the evaluator to have seen one set of parameters on two
         # peers: under load its subscriptions to the other peers may come up only
         # after it has evaluated peer-0 alone a few times
-        wait_for(lambda: _shared(_mixed(logs)), 300,
+        wait_for(lambda: _shared(_evaluated(logs)), 300,
                  what="one evaluated set of parameters held by two peers")
         pid = [e["pid"] for e in _ev(logs / "launcher.jsonl", "role_started")
                if e.get("member") == "peer-3"][-1]
@@ -115,10 +111,11 @@ def test_gradient_rounds_keep_the_peers_parameters_identical(grad_run):
              for e in _ev(logs / f"peer-{i}.jsonl", name) if e["ts"] < grad_run["killed_at"]]
     if alone:
         pytest.skip("a round before the kill went without a peer (a loaded machine)")
-    evs = [e for e in _mixed(logs) if e["ts"] < grad_run["killed_at"]]
+    evs = [e for e in _evaluated(logs) if e["ts"] < grad_run["killed_at"]]
     assert _shared(evs), evs
-    # and one version is one set of parameters, whoever holds it
+    # and one version is one set of parameters, whoever holds it (a peer credited
+    # with params it held an update ago says so: params_version)
     by_version: dict[int, set[str]] = {}
     for e in evs:
-        by_version.setdefault(e["version"], set()).add(e["params"])
+        by_version.setdefault(e["params_version"], set()).add(e["params"])
     assert all(len(p) == 1 for p in by_version.values()), by_version

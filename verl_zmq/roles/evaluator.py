@@ -172,10 +172,13 @@ class EvaluatorRole(Role):
         if common:  # one evaluation, every peer's
             one = max(common, key=lambda m: m.version)
             rets = await self._returns(one, E)
+            fp = self._fp(one.src)
             for m in live if rets is not None else []:
                 if self.credited.get(m.src) == m.version and m.src != src:
                     continue  # this very version is charted already
-                if await self._credit(m, rets, self._fp(one.src), E):
+                # m may be an update past these params: say when it held them
+                held = self.history.get(m.src, {}).get(fp, m.version)
+                if await self._credit(m, rets, fp, E, held):
                     return True
         else:
             for m in live:
@@ -243,11 +246,13 @@ class EvaluatorRole(Role):
             _put(self.checked, fp, score, HISTORY)
         return score
 
-    async def _credit(self, msg: wire.Params, rets: np.ndarray, fp: str, E) -> bool:
-        """Log one trainer's evaluation; True when every trainer has reached the target."""
+    async def _credit(self, msg: wire.Params, rets: np.ndarray, fp: str, E,
+                      held: int | None = None) -> bool:
+        """Log one trainer's evaluation (of the params it held at version `held`, its
+        newest when None); True when every trainer has reached the target."""
         self.credited[msg.src] = msg.version
         self.next_at[msg.src] = (msg.env_steps // E.interval_steps + 1) * E.interval_steps
-        await self._report(msg, rets, fp)
+        await self._report(msg, rets, fp, msg.version if held is None else held)
         if E.stop_at_return is None or rets.mean() < E.stop_at_return:
             return False
         self.reached.add(msg.src)
@@ -259,7 +264,7 @@ class EvaluatorRole(Role):
             return True
         return False
 
-    async def _report(self, msg: wire.Params, rets: np.ndarray, fp: str = "") -> None:
+    async def _report(self, msg: wire.Params, rets: np.ndarray, fp: str, held: int) -> None:
         self.evaluations += 1
         mean, std = float(rets.mean()), float(rets.std())
         self.last = {"eval/return_mean": mean, "eval/return_std": std,
@@ -268,6 +273,7 @@ class EvaluatorRole(Role):
                      **getattr(self.algo, "val_metrics", {})}
         best = mean > self.best
         self.log.info("evaluated", env_steps=msg.env_steps, version=msg.version,
+                      params_version=held,
                       episodes=len(rets), final=msg.final, best=best, member=msg.src,
                       params=fp[:16], **self.last)
         if best:

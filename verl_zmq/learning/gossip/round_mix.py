@@ -107,9 +107,17 @@ class RoundMixer:
         if len(got) < len(hear_from):
             self.stats["partial_rounds"] += 1
         if got:
-            mean = {k: (v.astype(np.float64) + sum(g[1][k] for g in got.values()))
-                    / (1 + len(got)) for k, v in own.items()}
-            node.trainer.load_arrays({k: mean[k].astype(own[k].dtype) for k in own})
+            # the same sum in the same order on every peer (sorted ids, float64): peers
+            # that averaged one set hold bit-identical parameters
+            every = [a for _, a in sorted({**{p: g[1] for p, g in got.items()},
+                                           node.id: own}.items())]
+            mean = {}
+            for k, v in own.items():
+                total = np.zeros(v.shape, np.float64)
+                for a in every:
+                    total += a[k]
+                mean[k] = (total / len(every)).astype(v.dtype)
+            node.trainer.load_arrays(mean)
         self.round = r
         node.log.info("gossip_round_mixed", round=r, sources=sorted(got),
                       missing=sorted(set(hear_from) - set(got)),

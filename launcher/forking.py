@@ -194,12 +194,9 @@ def forkable(argv: list[str]) -> bool:
 def from_zygote(job: Job, role: str) -> bool:
     """Whether `role` is forked from the torch zygote: it imports torch at its
     start (a trainer, or a sampler or the evaluator of a job whose policy does
-    not act in numpy: a Hugging Face model, `sampling.inference = "torch"`) and
-    has no `resources.<role>.memory` limit (a fork holds torch's address space
-    before the limit is set; imported after it, going over says so clearly)."""
-    res = getattr(job.resources, role, None)
-    if res is not None and res.memory:
-        return False
+    not act in numpy: a Hugging Face model, `sampling.inference = "torch"`). A
+    `resources.<role>.memory` limit is set in the fork, which holds torch already:
+    a fork over its limit fails at once and says so (`runner.limit_memory`)."""
     return role_traits(role).trains or (role in (SAMPLER, EVALUATOR) and not numpy_acting(job))
 
 

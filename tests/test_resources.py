@@ -41,3 +41,17 @@ def test_sampler_over_its_memory_limit_fails_clearly(tmp_path):
     assert "failed for good: sampler-0" in err and "memory limit of 300MB" in err
     logged = read_events(run / "logs" / "sampler-0.jsonl")
     assert any(e.get("event") == "memory_limit_exceeded" for e in logged)
+
+
+def test_a_fork_already_over_its_limit_says_so_before_setting_it():
+    """A role forked from the torch zygote holds torch when its limit is set: a
+    limit below that is refused at once, clearly, not at a later allocation."""
+    import resource
+
+    from verl_zmq.runner import address_space, limit_memory
+
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    assert address_space() > 10 * 2**20
+    with pytest.raises(MemoryError, match="in use at the role's start"):
+        limit_memory("10MB")
+    assert resource.getrlimit(resource.RLIMIT_AS) == before  # nothing was set

@@ -17,9 +17,10 @@ from that warm process, as multiprocessing's forkserver does with preloading:
   first moment, beside the first one and the samplers, and forks the roles
   that import torch at their start (learners, DAPO peers, their warm spares;
   samplers and the evaluator of a job that acts in torch) ready to run, with
-  transformers too for a Hugging Face policy: importing torch
-  (and the torch._dynamo an optimiser pulls in) is seconds of a core, which a
-  learner forked after the import would spend before its first update. It
+  transformers too for a Hugging Face policy: importing torch is seconds of a
+  core, which a learner forked after the import would spend before its first
+  update (our optimiser does not import torch's compiler, which would double
+  that: `algos/optim.py`). It
   forks only while it is one thread (torch starts none on import when BLAS is
   held to one thread, as `blas` does), so no lock is held across a fork;
 - the child starts a session of its own, takes the three descriptors as 0, 1,

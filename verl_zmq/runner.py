@@ -92,13 +92,29 @@ def pin(log) -> None:
         log.warning("cpu_affinity_failed", spec=spec, error=str(e))
 
 
+def address_space() -> int:
+    """Bytes of address space this process maps now (0 where /proc cannot say)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def limit_memory(spec: str) -> None:
-    """Cap this process's address space (`resources.<role>.memory`, e.g. "2GB")."""
+    """Cap this process's address space (`resources.<role>.memory`, e.g. "2GB").
+    A role forked from the torch zygote holds torch already: when that is over the
+    limit, a MemoryError says so now (the kernel would take the limit and fail the
+    role's next allocation instead)."""
     if not spec:
         return
     import resource
 
     limit = memory_bytes(spec)
+    used = address_space()
+    if used >= limit:
+        raise MemoryError(f"{used / 2**20:.0f} MB of address space in use at the role's "
+                          "start (torch imported) is over the limit")
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
@@ -117,6 +133,14 @@ def make_transport(ctx: zmq.asyncio.Context, job: Job, host: str, keys: CurveKey
                      dead_after_s=max(3.0, L.liveness_timeout_s))
 
 
+def _over_limit(log, spec: RoleSpec, limit: str, e: BaseException) -> int:
+    msg = (f"{spec.role} {spec.member_id} went over its memory limit of {limit} "
+           f"(resources.{spec.role}.memory): {type(e).__name__}: {str(e)[:200]}")
+    log.error("memory_limit_exceeded", error=msg)
+    print(f"error: {msg}", file=sys.stderr, flush=True)  # the launcher's summary shows it
+    return 1
+
+
 def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir: Path,
                      keys: CurveKeys | None, exit_on_stdin_eof: bool,
                      log_stream=None, incarnation: int | None = None,
@@ -130,20 +154,18 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
                         stream=log_stream)
     res = getattr(job.resources, spec.role, None)
     pin(log)
+
+    def over_limit(e: BaseException) -> int:
+        return _over_limit(log, spec, res.memory if res is not None else "?", e)
+
     try:
         if res is not None:
             limit_memory(res.memory)
+    except MemoryError as e:
+        return over_limit(e)
     except (ValueError, OSError) as e:
         log.error("bad_memory_limit", value=res.memory, error=str(e))
         return 2
-
-    def over_limit(e: BaseException) -> int:
-        msg = (f"{spec.role} {spec.member_id} went over its memory limit of "
-               f"{res.memory if res is not None else '?'} (resources.{spec.role}.memory): "
-               f"{type(e).__name__}: {str(e)[:200]}")
-        log.error("memory_limit_exceeded", error=msg)
-        print(f"error: {msg}", file=sys.stderr, flush=True)  # the launcher's summary shows it
-        return 1
 
     try:
         cls = role_class(spec.role)  # torch alone needs ~1 GB of address space

@@ -4,7 +4,9 @@
 samplers acting in numpy (the default) and in torch, launches alternating in
 one invocation; `--arms numpy exec` compares the fork server (the default) with
 every local role started as its own interpreter. Also: when the learner's role
-started (it imports torch) and when it finished its first update.
+started (it imports torch) and when it finished its first update, beside a bare
+`python -c "import torch"` timed before each launch (the floor of a learner's
+first update: it cannot train before torch is imported).
 
     python tools/bench/startup.py [--launches 5] [--job configs/cartpole_ppo.toml] [--arms numpy]
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +32,13 @@ ARMS = {"numpy": ['sampling.inference="numpy"'], "torch": ['sampling.inference="
 def first(run: Path, member: str, event: str) -> float | None:
     ts = [e["ts"] for e in events(run / "logs" / f"{member}.jsonl") if e.get("event") == event]
     return min(ts) if ts else None
+
+
+def bare_torch() -> float:
+    """Whole-process seconds of `python -c "import torch"`: the floor."""
+    t0 = time.time()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.time() - t0
 
 
 def one(job: str, extra: list[str], deadline_s: float = 120.0) -> list[float | None]:
@@ -57,22 +67,30 @@ def main() -> None:
                     help="samplers' inference to launch with, alternating")
     args = ap.parse_args()
     got: dict[str, list[float]] = {a: [] for a in args.arms}
-    print(f"{'launch':>6}{'samplers':>10}{'first env step s':>18}{'learner up s':>14}"
-          f"{'first update s':>16}")
-    nan = float("nan")
+    updates: dict[str, list[float]] = {a: [] for a in args.arms}
+    floor: list[float] = []
+    print(f"{'launch':>6}{'samplers':>10}{'import torch s':>16}{'first env step s':>18}"
+          f"{'learner up s':>14}{'first update s':>16}")
+    nan, inf = float("nan"), float("inf")
     for i in range(args.launches):
         for arm in args.arms:
+            floor.append(bare_torch())
             s, learner, update = one(args.job, ARMS[arm])
-            got[arm].append(s if s is not None else float("inf"))
-            print(f"{i:>6}{arm:>10}{s if s is not None else nan:>18.2f}"
+            got[arm].append(s if s is not None else inf)
+            updates[arm].append(update if update is not None else inf)
+            print(f"{i:>6}{arm:>10}{floor[-1]:>16.2f}{s if s is not None else nan:>18.2f}"
                   f"{learner if learner is not None else nan:>14.2f}"
                   f"{update if update is not None else nan:>16.2f}", flush=True)
     med = {a: statistics.median(v) for a, v in got.items()}
+    bare = statistics.median(floor)
     print("\nmedian first env step: " + ", ".join(f"{a} {m:.2f} s" for a, m in med.items()))
+    print(f"median bare import torch: {bare:.2f} s")
+    for a, v in updates.items():
+        u = statistics.median(v)
+        print(f"median first update ({a}): {u:.2f} s, {u - bare:+.2f} s past the floor")
     for other in ("torch", "exec"):
         if "numpy" in med and other in med:
             print(f"ratio numpy/{other} {med['numpy'] / med[other]:.2f}")
-
 
 if __name__ == "__main__":
     main()

@@ -33,6 +33,7 @@ import torch
 
 from ..config import Job
 from ..envs.make import EnvSpec
+from .optim import Adam
 from .traits import Traits, fit_problem
 
 if TYPE_CHECKING:
@@ -62,10 +63,11 @@ def scheduled(value: float, kind: str, fraction: float) -> float:
     return value * max(0.0, 1.0 - fraction) if kind == "linear" else value
 
 
-def adam(params: Iterable[torch.Tensor], lr: float, **kw: Any) -> torch.optim.Adam:
+def adam(params: Iterable[torch.Tensor], lr: float, **kw: Any) -> Adam:
     """Adam stepping all tensors in one foreach call, not a Python loop over them
-    (the default on CPU): about a tenth of a small network's update."""
-    return torch.optim.Adam(params, lr=lr, foreach=True, **kw)
+    (torch's default on CPU, about a tenth of a small network's update), and
+    without importing torch's compiler (`optim.py`)."""
+    return Adam(params, lr=lr, **kw)
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ class SAC(Algorithm):
         self.q_opt = adam(self.critic.parameters(), p.learning_rate)
         self.log_alpha = torch.tensor(math.log(p.init_alpha), device=self.device,
                                       requires_grad=True)
-        self.a_opt = torch.optim.Adam([self.log_alpha], lr=p.learning_rate)
+        self.a_opt = adam([self.log_alpha], p.learning_rate)
         self.target_entropy = p.target_entropy or -float(spec.n_actions)
         self.noise = ActionNoise(p.noise_beta, p.noise_horizon, self.rng)
         self.low = np.array(spec.action_low, np.float32)

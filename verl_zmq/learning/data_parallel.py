@@ -29,6 +29,7 @@ import socket
 import torch
 import torch.distributed as dist
 
+from ..algos.optim import Adam
 from ..comm.transport import candidate_ports
 from ..policy.nets import flat_grad, set_flat_grad
 
@@ -91,7 +92,7 @@ class LearnerGroup:
     # -- state ------------------------------------------------------------------
 
     def broadcast_state(self, modules: list[torch.nn.Module],
-                        optimisers: list[torch.optim.Optimizer],
+                        optimisers: list[Adam],
                         counters: list[int]) -> list[int]:
         """Rank 0's parameters, buffers, optimiser moments and `counters` everywhere
         (`modules` may hold plain tensors too, such as SAC's log-temperature)."""
@@ -147,14 +148,8 @@ class LearnerGroup:
         return self.device if self.backend == "nccl" else torch.device("cpu")
 
 
-def _moments(opt: torch.optim.Optimizer, p: torch.Tensor) -> list[torch.Tensor]:
+def _moments(opt: Adam, p: torch.Tensor) -> list[torch.Tensor]:
     """The optimiser's per-parameter state tensors, created (zero, step 0) where rank 0
     has some and this rank none yet, in a fixed order."""
-    state = opt.state[p]
-    if not state and isinstance(opt, torch.optim.Adam):
-        state["step"] = torch.tensor(0.0)
-        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        if opt.defaults.get("amsgrad"):
-            state["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    state = opt.moments(p)
     return [state[k] for k in sorted(state) if torch.is_tensor(state[k])]

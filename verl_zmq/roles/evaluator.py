@@ -51,7 +51,9 @@ class EvaluatorRole(Role):
 
     @classmethod
     def preload(cls) -> None:
-        import torch._dynamo  # noqa: F401 - building an algorithm's optimiser imports it
+        from .learner import LearnerRole
+
+        LearnerRole.preload()  # it builds the job's algorithm to act with
 
     async def setup(self) -> None:
         self.spec = env_spec(self.job.environment)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import zmq
 
+from ..algos.optim import Adam
 from ..comm.messaging import recv_frames
 from ..config.roles import EVALUATOR, LEARNER, REPLAY
 from ..envs.make import env_spec
@@ -85,7 +86,10 @@ class LearnerRole(Role):
 
     @classmethod
     def preload(cls) -> None:
-        import torch._dynamo  # noqa: F401 - the first optimiser imports it lazily (~1.5 s)
+        from ..algos import TRAITS, algorithm_class
+
+        for name in TRAITS:  # each algorithm's module and what it imports
+            algorithm_class(name)
 
     def checkpoint_dir(self) -> Path:
         return Path(self.ctx.run_dir) / "checkpoints"
@@ -125,7 +129,7 @@ class LearnerRole(Role):
         await asyncio.to_thread(g.join, endpoint)
         owned = [getattr(self.algo, a) for a in self.algo.state_attrs]
         modules = [v for v in owned if isinstance(v, torch.nn.Module) or torch.is_tensor(v)]
-        opts = [v for v in owned if isinstance(v, torch.optim.Optimizer)]
+        opts = [v for v in owned if isinstance(v, Adam)]
         s = self.trainer.state
         s.env_steps, s.version, updates = await asyncio.to_thread(
             g.broadcast_state, modules, opts, [s.env_steps, s.version, self.algo.updates])

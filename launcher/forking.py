@@ -11,12 +11,17 @@ import contextlib
 import json
 import os
 import socket
+import subprocess
 import sys
 
 from verl_zmq.config import Job
 from verl_zmq.config.roles import EVALUATOR, SAMPLER, role_traits
 from verl_zmq.forkserver import MAX_MSG
 from verl_zmq.policy.numpy_actor import numpy_acting
+from verl_zmq.runner import resolve_cpus
+
+from . import early
+from .early import Early
 
 POLL_S = 0.5  # how often roles are checked for their end once the server is lost
 LOST_CODE = 1  # the exit code of a role whose end the lost server could not report
@@ -67,11 +72,42 @@ class ForkedProcess:
                 os.kill(self.pid, sig)
 
 
+# the cores a forked role starts from (the server may be pinned elsewhere)
+LAUNCHER_CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def own_cpus(specs: list[str]) -> list[int] | None:
+    """The cores of the roles with these VERL_CPUS specs, together; None where one
+    of them has none of its own (the zygote then runs where the OS puts it)."""
+    own = [resolve_cpus(s, LAUNCHER_CPUS) for s in specs]
+    if not specs or None in own:
+        return None
+    return sorted({c for cs in own if cs is not None for c in cs}) or None
+
+
+class _Adopted:
+    """A server started before the event loop (`early.py`), awaited as an
+    `asyncio` process is."""
+
+    def __init__(self, popen: subprocess.Popen):
+        self.popen = popen
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    async def wait(self) -> int:
+        while self.popen.poll() is None:
+            await asyncio.sleep(0.05)
+        return self.popen.returncode
+
+
 class ForkServer:
     """A running fork server, or a lost one (`alive` False: spawn plainly)."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, sock: socket.socket):
+    def __init__(self, proc: asyncio.subprocess.Process | _Adopted, sock: socket.socket):
         self.proc, self.sock = proc, sock
+        self.ahead: Early | None = None  # started before the job was read
         self.loop = asyncio.get_running_loop()
         self.alive = True
         self.children: dict[int, ForkedProcess] = {}
@@ -83,22 +119,38 @@ class ForkServer:
         self.torch = False  # the torch zygote: its children have torch imported
 
     @classmethod
-    async def start(cls, err_path, timeout_s: float = 60.0,
-                    torch: bool = False, modules: tuple[str, ...] = ()) -> ForkServer | None:
+    async def start(cls, err_path, timeout_s: float = 60.0, torch: bool = False,
+                    modules: tuple[str, ...] = (), cpus: list[int] | None = None
+                    ) -> ForkServer | None:
         """Start the server (with `torch`, the torch zygote that forks the roles
-        that import torch, preloading `modules` too) and wait for it to be ready;
-        None when it cannot."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        with open(err_path, "ab") as err:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "verl_zmq.forkserver", str(theirs.fileno()),
-                *(["--torch", *modules] if torch else []),
-                pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True)
-        theirs.close()
-        ours.setblocking(False)
-        server = cls(proc, ours)
+        that import torch, preloading `modules` too), on `cpus` while it imports
+        (its roles' own cores: the samplers step on the others), and wait for it to
+        be ready; None when it cannot."""
+        ahead = early.take(torch)
+        if ahead is not None and modules:  # it preloads torch alone: this job needs more
+            ahead.close()
+            ahead = None
+        if ahead is not None:
+            ahead.hand_over(err_path)
+            ours = ahead.sock
+            ours.setblocking(False)
+            server = cls(_Adopted(ahead.proc), ours)
+            server.ahead = ahead
+        else:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            with open(err_path, "ab") as err:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "verl_zmq.forkserver", str(theirs.fileno()),
+                    *(["--torch", *modules] if torch else []),
+                    pass_fds=[theirs.fileno()], stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL, stderr=err, start_new_session=True)
+            theirs.close()
+            ours.setblocking(False)
+            server = cls(proc, ours)
         server.torch = torch
+        if (cpus or ahead is not None) and hasattr(os, "sched_setaffinity"):
+            with contextlib.suppress(OSError):  # gone already: the ready wait says so
+                os.sched_setaffinity(server.proc.pid, cpus or LAUNCHER_CPUS)
         try:
             async with asyncio.timeout(timeout_s):
                 ready = await server.replies.get()
@@ -156,7 +208,7 @@ class ForkServer:
         r, w = os.pipe()
         async with self.lock:
             try:
-                req = json.dumps({"argv": argv, "env": env}).encode()
+                req = json.dumps({"argv": argv, "env": env, "cpus": LAUNCHER_CPUS}).encode()
                 self.sock.sendmsg([req], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                            array.array("i", [r, out_fd, err_fd]))])
             except OSError:
@@ -184,6 +236,8 @@ class ForkServer:
         self.sock.close()
         if self.poller is not None:
             self.poller.cancel()
+        if self.ahead is not None:
+            self.ahead.forget()
 
 
 def forkable(argv: list[str]) -> bool:

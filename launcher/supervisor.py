@@ -18,8 +18,9 @@ from verl_zmq.log import write_failed
 from verl_zmq.ops import tb
 from verl_zmq.ops.runview import RunView
 
+from . import early
 from .affinity import cpu_specs
-from .forking import ForkedProcess, ForkServer, from_zygote, zygote_modules
+from .forking import ForkedProcess, ForkServer, from_zygote, own_cpus, zygote_modules
 from .lost import NODE_FAILURE, SSH_LOST, host_lost, move_off
 from .plan import Placement, Plan
 from .relay import relay_events
@@ -255,6 +256,7 @@ class Supervisor:
             watchers.append(await self._start_role(rp))
         if (torch_forks := await zygote) is not None:
             servers.append(torch_forks)
+        early.release()  # a server started ahead that this job does not use
         for rp in later:
             rp.forks = torch_forks or rp.forks
             watchers.append(await self._start_role(rp))
@@ -311,14 +313,16 @@ class Supervisor:
         if not self.job.launch.fork_server or not local:
             return None
         err = self.logs / ("forkserver-torch.err" if torch else "forkserver.err")
-        forks = await ForkServer.start(err, torch=torch,
+        cpus = own_cpus([rp.env.get("VERL_CPUS", "") for rp in local]) if torch else None
+        forks = await ForkServer.start(err, torch=torch, cpus=cpus,
                                        modules=zygote_modules(self.job) if torch else ())
         if forks is None:
             self.log.warning("fork_server_unavailable", error=_last_lines(err, 3), torch=torch,
                              fallback="they import torch after their fork" if torch
                              else "each role its own interpreter")
             return None
-        self.log.info("fork_server_started", pid=forks.proc.pid, roles=len(local), torch=torch)
+        self.log.info("fork_server_started", pid=forks.proc.pid, roles=len(local), torch=torch,
+                      early=forks.ahead is not None, cpus=cpus)
         for rp in [] if torch else local:  # the zygote's are handed it in run()
             rp.forks = forks
         return forks

@@ -106,7 +106,7 @@ def start_job(job: Path, run: Path, *sets: str, extra: tuple[str, ...] = ()
     """verl-launch JOB on this host in its own session, ports from a free range; each of
     `sets` is a `--set` override, `extra` more launcher arguments."""
     lo, hi = free_port_range()
-    argv = [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"), str(job),
+    argv = [PY, "-m", "launcher", str(CONFIGS / "hosts.local.txt"), str(job),
             "--set", f"launch.port_range=[{lo}, {hi}]", *extra]
     for s in sets:
         argv += ["--set", s]
@@ -129,7 +129,7 @@ def cartpole_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("cartpole") / "run"
     lo, hi = free_port_range()
     proc = subprocess.Popen(
-        [PY, "-m", "launcher.cli", str(CONFIGS / "hosts.local.txt"),
+        [PY, "-m", "launcher", str(CONFIGS / "hosts.local.txt"),
          str(CONFIGS / "cartpole_ppo.toml"), "--run-dir", str(run),
          "--set", f"launch.port_range=[{lo}, {hi}]", "--set", "evaluation.stop_at_return=475"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -44,8 +44,12 @@ def test_forked_roles_report_their_signal_and_outlive_a_lost_server(tmp_path):
     run = tmp_path / "run"
     proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "training.total_timesteps=10000000")
     try:
-        server = wait_for(lambda: _launcher(run, "fork_server_started"), 60,
-                          what="the fork server")[0]["pid"]
+        servers = wait_for(lambda: len(_launcher(run, "fork_server_started")) == 2
+                           and _launcher(run, "fork_server_started"), 60,
+                           what="the fork server and the torch zygote")
+        # `python -m launcher` (verl-launch) started the zygote before it read the job
+        assert [e["torch"] for e in servers if e["early"]] == [True], servers
+        server = next(e["pid"] for e in servers if not e["torch"])
         started = wait_for(lambda: len(_launcher(run, "role_started")) == 8
                            and _launcher(run, "role_started"), 60, what="every role")
         assert all(e["forked"] for e in started), started
@@ -86,3 +90,23 @@ def test_forked_roles_report_their_signal_and_outlive_a_lost_server(tmp_path):
     gone = wait_for(lambda: not any(_alive(p) for p in pids.values()), 30 + LIVENESS_S,
                     what="every role gone")
     assert gone
+
+
+@pytest.mark.timeout(120)
+def test_servers_started_ahead_are_reaped_when_no_job_takes_them(tmp_path, monkeypatch):
+    """What `verl-launch` starts before reading the job: nothing for a dry run or
+    Kubernetes; the torch zygote otherwise, stopped and reaped (its empty error
+    file removed) when the launch ends without taking it."""
+    from launcher import early
+
+    monkeypatch.setattr(early.tempfile, "tempdir", str(tmp_path))
+    for argv in (["local", "job.toml", "--dry-run"], ["k8s", "job.toml"], ["--help"]):
+        early.start(argv)
+        assert early.take(False) is None and early.take(True) is None
+    early.start(["local", "job.toml"])
+    procs = [e.proc for e in early._started.values()]
+    assert len(procs) == 1 and all(p.poll() is None for p in procs)
+    early.close()
+    assert all(p.poll() is not None for p in procs)
+    assert not list(tmp_path.glob("verl-forkserver-*"))
+

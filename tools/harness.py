@@ -57,12 +57,14 @@ def events(path: Path) -> list[dict]:
 
 
 def start(job: Path | str, run_dir: Path, overrides: list[str], hosts: str = "local",
-          quiet: bool = True, capture: bool = False, wrap: list[str] = ()) -> subprocess.Popen:
+          quiet: bool = True, capture: bool = False, wrap: list[str] = (),
+          entry: str = "launcher") -> subprocess.Popen:
     """Start a whole job with verl-launch in its own session, ports from a free range;
     `capture`: its stdout and stderr as text pipes; `wrap`: a command prefix (such as
-    `ip netns exec NAME`) the launcher runs under."""
+    `ip netns exec NAME`) the launcher runs under; `entry`: the module run
+    (`launcher.cli`: the launcher without the torch zygote started ahead)."""
     lo, hi = free_ports()
-    cmd = [*wrap, sys.executable, "-m", "launcher.cli", hosts, str(job), "--run-dir", str(run_dir),
+    cmd = [*wrap, sys.executable, "-m", entry, hosts, str(job), "--run-dir", str(run_dir),
            "--set", f"launch.port_range=[{lo}, {hi}]", *[f"--set={o}" for o in overrides]]
     out = subprocess.PIPE if capture else subprocess.DEVNULL if quiet else None
     return subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=out, start_new_session=True,

@@ -94,6 +94,11 @@ def _child(req: dict, fds: list[int], sock: socket.socket, wake_r: int, wake_w: 
             os.close(fd)
         os.environ.clear()
         os.environ.update(req["env"])
+        if req.get("cpus") and hasattr(os, "sched_setaffinity"):
+            # the launcher's cores, not the server's (the zygote runs on the trainers'):
+            # the role pins itself from there (`runner.pin`)
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, req["cpus"])
         sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
@@ -156,7 +161,10 @@ def serve(fd: int, torch: bool = False, modules: list[str] | None = None) -> Non
         sys.exit("fork server: torch was imported while preloading")
     if _threads() != 1:  # a fork would copy a lock another thread may hold
         sys.exit(f"fork server: {_threads()} threads after preloading; forking needs one")
-    sock.send(json.dumps({"ready": os.getpid()}).encode())
+    try:
+        sock.send(json.dumps({"ready": os.getpid()}).encode())
+    except BrokenPipeError:  # the launcher let it go before it was ready (`launcher/early.py`)
+        os._exit(0)
     while True:
         ready, _, _ = select.select([sock, wake_r], [], [])
         if wake_r in ready:

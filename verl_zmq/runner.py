@@ -65,19 +65,28 @@ def standby(role: str, follower: Any = None) -> bool:
     return bool(sys.stdin.buffer.peek(1))
 
 
-def apply_cpus(spec: str) -> list[int] | None:
-    """Pin this process as the launcher's VERL_CPUS spec says ("<reserved>:<own
-    indexes>", see launcher/affinity.py); None when there is nothing to do, or too
-    few cores here to reserve any (every role then shares them all)."""
-    if not spec or not hasattr(os, "sched_setaffinity"):
+def resolve_cpus(spec: str, allowed: list[int]) -> list[int] | None:
+    """The cores a VERL_CPUS spec ("<reserved>:<own indexes>", see
+    launcher/affinity.py) names among `allowed`; None when there is nothing to
+    do, or too few cores to reserve any (every role then shares them all)."""
+    if not spec:
         return None
     reserved, _, own = spec.partition(":")
-    allowed = sorted(os.sched_getaffinity(0))
+    allowed = sorted(allowed)
     k = int(reserved)
     if len(allowed) <= k:
         return None
-    cpus = [allowed[int(i)] for i in own.split(",")] if own else allowed[:len(allowed) - k]
-    os.sched_setaffinity(0, cpus)
+    return [allowed[int(i)] for i in own.split(",")] if own else allowed[:len(allowed) - k]
+
+
+def apply_cpus(spec: str) -> list[int] | None:
+    """Pin this process as the launcher's VERL_CPUS spec says; None when there is
+    nothing to do."""
+    if not spec or not hasattr(os, "sched_setaffinity"):
+        return None
+    cpus = resolve_cpus(spec, sorted(os.sched_getaffinity(0)))
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     return cpus
 
 

@@ -3,7 +3,9 @@
 `sampling_started` event in any sampler's log, for the main job, with the
 samplers acting in numpy (the default) and in torch, launches alternating in
 one invocation; `--arms numpy exec` compares the fork server (the default) with
-every local role started as its own interpreter. Also: when the learner's role
+every local role started as its own interpreter, `--arms numpy late` the torch
+zygote started at verl-launch's first moment with one started once the job is
+read (`python -m launcher.cli`). Also: when the learner's role
 started (it imports torch) and when it finished its first update, beside a bare
 `python -c "import torch"` timed before each launch (the floor of a learner's
 first update: it cannot train before torch is imported).
@@ -24,9 +26,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
 from tools.harness import ROOT, events, sampling_start, start, stop  # noqa: E402
 
-# "exec": numpy samplers, each local role its own interpreter (no fork server)
+# "exec": numpy samplers, each local role its own interpreter (no fork server);
+# "late": numpy samplers, the torch zygote started once the job is read (`launcher.cli`,
+# not verl-launch's entry point, which starts it first)
 ARMS = {"numpy": ['sampling.inference="numpy"'], "torch": ['sampling.inference="torch"'],
-        "exec": ['sampling.inference="numpy"', "launch.fork_server=false"]}
+        "exec": ['sampling.inference="numpy"', "launch.fork_server=false"],
+        "late": ['sampling.inference="numpy"']}
 
 
 def first(run: Path, member: str, event: str) -> float | None:
@@ -41,11 +46,12 @@ def bare_torch() -> float:
     return time.time() - t0
 
 
-def one(job: str, extra: list[str], deadline_s: float = 120.0) -> list[float | None]:
+def one(job: str, arm: str, deadline_s: float = 120.0) -> list[float | None]:
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         t0 = time.time()
-        p = start(job, run, ["launch.evaluators=1", *extra])
+        p = start(job, run, ["launch.evaluators=1", *ARMS[arm]],
+                  entry="launcher.cli" if arm == "late" else "launcher")
         try:
             while time.time() - t0 < deadline_s and sampling_start(run) is None:
                 time.sleep(0.1)
@@ -75,7 +81,7 @@ def main() -> None:
     for i in range(args.launches):
         for arm in args.arms:
             floor.append(bare_torch())
-            s, learner, update = one(args.job, ARMS[arm])
+            s, learner, update = one(args.job, arm)
             got[arm].append(s if s is not None else inf)
             updates[arm].append(update if update is not None else inf)
             print(f"{i:>6}{arm:>10}{floor[-1]:>16.2f}{s if s is not None else nan:>18.2f}"
@@ -88,9 +94,11 @@ def main() -> None:
     for a, v in updates.items():
         u = statistics.median(v)
         print(f"median first update ({a}): {u:.2f} s, {u - bare:+.2f} s past the floor")
-    for other in ("torch", "exec"):
+    for other in ("torch", "exec", "late"):
         if "numpy" in med and other in med:
-            print(f"ratio numpy/{other} {med['numpy'] / med[other]:.2f}")
+            up = statistics.median(updates["numpy"]) / statistics.median(updates[other])
+            print(f"ratio numpy/{other}: first env step {med['numpy'] / med[other]:.2f}, "
+                  f"first update {up:.2f}")
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,5 @@
+"""`python -m launcher ...` is `verl-launch ...`."""
+
+from .entry import main
+
+main()

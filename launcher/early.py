@@ -4,9 +4,10 @@ The torch zygote (`verl_zmq/forkserver.py --torch`) imports the same modules
 whatever the job (torch and the trainers' modules), so it need not wait for the
 launcher to import itself, read the job and plan it (about half a second of a
 core): `entry.main` starts it before importing the rest of the launcher, and the
-supervisor takes it over (`take`) where it would start its own. A job
-whose roles are all remote, with `launch.fork_server = false`, or whose
-zygote must import more (a Hugging Face policy) closes what it does not use.
+supervisor takes it over (`take`) where it would start its own, and sends it
+the modules the job needs beyond those (`--more`: a Hugging Face policy's). A
+job whose roles are all remote, or with `launch.fork_server = false`, lets it
+go.
 A dry run, `--help`, `--version` and Kubernetes manifests start nothing.
 
 Standard library only: importing it costs nothing before the servers start.
@@ -73,7 +74,7 @@ def _spawn(torch: bool) -> Early:
     fd, name = tempfile.mkstemp(prefix="verl-forkserver-", suffix=".err")
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "verl_zmq.forkserver", str(theirs.fileno()),
+            [sys.executable, "-m", "verl_zmq.forkserver", str(theirs.fileno()), "--more",
              *(["--torch"] if torch else [])],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=fd, start_new_session=True)

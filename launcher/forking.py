@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 from verl_zmq.config import Job
 from verl_zmq.config.roles import EVALUATOR, SAMPLER, role_traits
@@ -127,12 +128,11 @@ class ForkServer:
         (its roles' own cores: the samplers step on the others), and wait for it to
         be ready; None when it cannot."""
         ahead = early.take(torch)
-        if ahead is not None and modules:  # it preloads torch alone: this job needs more
-            ahead.close()
-            ahead = None
         if ahead is not None:
             ahead.hand_over(err_path)
             ours = ahead.sock
+            with contextlib.suppress(OSError):  # gone: the ready wait says so
+                ours.send(json.dumps({"modules": list(modules)}).encode())  # `--more`
             ours.setblocking(False)
             server = cls(_Adopted(ahead.proc), ours)
             server.ahead = ahead
@@ -254,10 +254,33 @@ def from_zygote(job: Job, role: str) -> bool:
     return role_traits(role).trains or (role in (SAMPLER, EVALUATOR) and not numpy_acting(job))
 
 
+# what building a Hugging Face model and tokenizer and generating imports: seconds of
+# a core in each role forked after it (four roles of a post-training job on two
+# cores: five seconds before the first of them starts)
+HF_MODULES = ("transformers", "transformers.activations", "transformers.masking_utils",
+              "transformers.modeling_utils", "transformers.generation",
+              "transformers.models.auto.modeling_auto",
+              "transformers.models.auto.tokenization_auto", "tokenizers", "safetensors.torch",
+              "verl_zmq.seq.hf", "verl_zmq.seq.hf_grpo")
+
+
+def _model_type(pol) -> str:
+    """The policy's `model_type` (its inline config's, or its folder's config.json);
+    "" where neither says."""
+    if pol.config.get("model_type"):
+        return str(pol.config["model_type"])
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return str(json.loads((Path(pol.path) / "config.json").read_text())["model_type"])
+    return ""
+
+
 def zygote_modules(job: Job) -> tuple[str, ...]:
-    """What the torch zygote imports beyond torch: transformers (and peft) for a
-    Hugging Face policy."""
+    """What the torch zygote imports beyond torch: for a Hugging Face policy,
+    transformers with its model's module (and peft). A name that does not import
+    is skipped there, and fails in the role that needs it."""
     pol = job.algorithm.policy
     if pol.kind != "hf":
         return ()
-    return ("transformers", *(("peft",) if pol.lora_rank else ()))
+    kind = _model_type(pol).replace("-", "_")
+    own = (f"transformers.models.{kind}.modeling_{kind}",) if kind.isidentifier() else ()
+    return (*HF_MODULES, *own, *(("peft",) if pol.lora_rank else ()))

@@ -67,7 +67,8 @@ def _preload(torch: bool, modules: list[str]) -> None:
         for role in TRAINER_ROLES:
             role_class(role).preload()
         for name in modules:
-            importlib.import_module(name)
+            with contextlib.suppress(ImportError):  # the role that needs it says why
+                importlib.import_module(name)
     import ctypes  # noqa: F401 - each child names itself with it
 
     import verl_zmq.cli  # noqa: F401
@@ -149,7 +150,18 @@ def _threads() -> int:
         return 1
 
 
-def serve(fd: int, torch: bool = False, modules: list[str] | None = None) -> None:
+def _more(sock: socket.socket) -> list[str]:
+    """Started before the job was read (`--more`): the modules it needs beyond
+    ours, from the launcher's first message; its socket's EOF (a job that does not
+    use this server) ends it."""
+    msg = sock.recv(MAX_MSG)
+    if not msg:
+        os._exit(0)
+    return [str(m) for m in json.loads(msg).get("modules", [])]
+
+
+def serve(fd: int, torch: bool = False, modules: list[str] | None = None,
+          more: bool = False) -> None:
     sock = socket.socket(fileno=fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when roles stop
     wake_r, wake_w = os.pipe()
@@ -157,6 +169,8 @@ def serve(fd: int, torch: bool = False, modules: list[str] | None = None) -> Non
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through wake_w
     _preload(torch, modules or [])
+    if more:
+        _preload(torch, _more(sock))
     if not torch and "torch" in sys.modules:  # a role module began to import it
         sys.exit("fork server: torch was imported while preloading")
     if _threads() != 1:  # a fork would copy a lock another thread may hold
@@ -193,5 +207,9 @@ def serve(fd: int, torch: bool = False, modules: list[str] | None = None) -> Non
 
 
 if __name__ == "__main__":
-    # FD [--torch [MODULE...]]
-    serve(int(sys.argv[1]), torch="--torch" in sys.argv[2:], modules=sys.argv[3:])
+    # FD [--more] [--torch [MODULE...]]
+    flags = sys.argv[2:]
+    more = "--more" in flags
+    if more:
+        flags.remove("--more")
+    serve(int(sys.argv[1]), torch="--torch" in flags, modules=flags[1:], more=more)

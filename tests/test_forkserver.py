@@ -110,3 +110,19 @@ def test_servers_started_ahead_are_reaped_when_no_job_takes_them(tmp_path, monke
     assert all(p.poll() is not None for p in procs)
     assert not list(tmp_path.glob("verl-forkserver-*"))
 
+
+
+def test_the_zygote_of_a_hugging_face_job_preloads_its_model_type(tmp_path):
+    """What a post-training job's roles import at their start (transformers'
+    model module of the policy's type, from its inline config or its folder) is
+    imported once in the zygote; an RL job's zygote imports torch's side only."""
+    from launcher.forking import zygote_modules
+    from verl_zmq.config import load_job
+
+    inline = load_job(CONFIGS / "reverse_hf_grpo.toml")
+    assert "transformers.models.llama.modeling_llama" in zygote_modules(inline)
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    folder = load_job(CONFIGS / "reverse_hf_grpo.toml",
+                      [f"algorithm.policy.path={tmp_path}", "algorithm.policy.config={}"])
+    assert "transformers.models.gpt2.modeling_gpt2" in zygote_modules(folder)
+    assert zygote_modules(load_job(CONFIGS / "cartpole_ppo.toml")) == ()

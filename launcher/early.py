@@ -55,13 +55,13 @@ class Early:
                 self.err.unlink()
 
     def close(self) -> None:
-        """Stop a server no one took (its socket's EOF ends it)."""
+        """Stop a server no one took: it forked nothing, so it is killed outright
+        (its socket's EOF would end it only once its imports are done: a launch
+        refused for bad input would wait for them)."""
         self.sock.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(5)
-        if self.proc.poll() is None:
+        with contextlib.suppress(OSError):
             self.proc.kill()
-            self.proc.wait()
+        self.proc.wait()
         self.forget()
 
 

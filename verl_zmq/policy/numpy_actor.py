@@ -15,6 +15,7 @@ log-probabilities and values (`tests/test_actors.py`).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -34,14 +35,22 @@ _ACT: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh, "relu": lambda x: np.maximum(x, 0.0)}
 
 
+@functools.lru_cache(maxsize=256)
+def _layers(keys: tuple[str, ...], prefix: str) -> tuple[tuple[str, str], ...]:
+    """The (weight, bias) names of `prefix`'s Linear layers, in order: read once
+    per set of names, not on every step (a dozen regular expressions a call)."""
+    idx = sorted(int(m.group(1)) for k in keys
+                 if (m := re.fullmatch(rf"{re.escape(prefix)}\.(\d+)\.weight", k)))
+    return tuple((f"{prefix}.{i}.weight", f"{prefix}.{i}.bias") for i in idx)
+
+
 def mlp(arrays: dict[str, np.ndarray], prefix: str, x: np.ndarray, activation: str) -> np.ndarray:
     """An nn.Sequential of Linear layers (at even indices) with `activation` between."""
-    idx = sorted(int(m.group(1)) for k in arrays
-                 if (m := re.fullmatch(rf"{re.escape(prefix)}\.(\d+)\.weight", k)))
+    layers = _layers(tuple(arrays), prefix)
     act = _ACT[activation]
-    for n, i in enumerate(idx):
-        x = x @ arrays[f"{prefix}.{i}.weight"].T + arrays[f"{prefix}.{i}.bias"]
-        if n + 1 < len(idx):
+    for n, (w, b) in enumerate(layers):
+        x = x @ arrays[w].T + arrays[b]
+        if n + 1 < len(layers):
             x = act(x)
     return x
 

@@ -42,7 +42,8 @@ class ThreadVectorEnv(gym.vector.SyncVectorEnv):
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], **kw: Any):
         super().__init__([lambda f=f: _Ahead(f()) for f in env_fns], **kw)
-        self.pool = ThreadPoolExecutor(max_workers=len(env_fns), thread_name_prefix="env")
+        self.pool = ThreadPoolExecutor(max_workers=max(1, len(env_fns) - 1),
+                                       thread_name_prefix="env")
 
     def step(self, actions: Any) -> Any:
         def ahead(i: int, action: Any) -> None:
@@ -50,8 +51,11 @@ class ThreadVectorEnv(gym.vector.SyncVectorEnv):
             env.ready = env.env.reset() if self._autoreset_envs[i] else env.env.step(action)
 
         acts = list(iterate(self.action_space, actions))
-        # every env's call at once; .result() re-raises an env's error here
-        for f in [self.pool.submit(ahead, i, a) for i, a in enumerate(acts)]:
+        # every env's call at once, the last in this thread (one hand-off fewer: a
+        # tenth of a small vector step's CPU); .result() re-raises an env's error here
+        futures = [self.pool.submit(ahead, i, a) for i, a in enumerate(acts[:-1])]
+        ahead(len(acts) - 1, acts[-1])
+        for f in futures:
             f.result()
         return super().step(actions)
 

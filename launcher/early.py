@@ -7,8 +7,11 @@ core): `entry.main` starts it before importing the rest of the launcher, and the
 supervisor takes it over (`take`) where it would start its own, and sends it
 the modules the job needs beyond those (`--more`: a Hugging Face policy's). A
 job whose roles are all remote, or with `launch.fork_server = false`, lets it
-go.
-A dry run, `--help`, `--version` and Kubernetes manifests start nothing.
+go; a dry run, `--help`, `--version`, Kubernetes manifests and a Slurm
+allocation (roles started by srun) start none. The torch-free fork server is
+not started this way: it imports in half a second, and a third process
+importing beside the launcher and the zygote slowed the launcher itself on two
+cores (the samplers wait for it).
 
 Standard library only: importing it costs nothing before the servers start.
 """

@@ -96,7 +96,7 @@ def _spawn(torch: bool) -> Early:
 
 def start(argv: list[str]) -> None:
     """Start the zygote unless `argv` starts no job with local roles."""
-    if NO_JOB & set(argv) or (argv and argv[0] in NO_LOCAL):
+    if not argv or NO_JOB & set(argv) or argv[0] in NO_LOCAL:
         return
     with contextlib.suppress(OSError):
         # the torch zygote alone: the other server imports in half a second, and three

@@ -100,7 +100,7 @@ def test_servers_started_ahead_are_reaped_when_no_job_takes_them(tmp_path, monke
     from launcher import early
 
     monkeypatch.setattr(early.tempfile, "tempdir", str(tmp_path))
-    for argv in (["local", "job.toml", "--dry-run"], ["k8s", "job.toml"], ["--help"]):
+    for argv in (["local", "job.toml", "--dry-run"], ["k8s", "job.toml"], ["--help"], []):
         early.start(argv)
         assert early.take(False) is None and early.take(True) is None
     early.start(["local", "job.toml"])

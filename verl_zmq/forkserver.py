@@ -56,8 +56,6 @@ def _preload(torch: bool, modules: list[str]) -> None:
     """What every role imports, torch excepted; with `torch`, torch too, what
     a trainer imports ahead of need (its `preload`) and `modules` (transformers
     for a Hugging Face policy)."""
-    import importlib
-
     from verl_zmq.config.roles import FORKABLE_ROLES, TRAINER_ROLES
     from verl_zmq.roles.base import role_class
 
@@ -66,13 +64,21 @@ def _preload(torch: bool, modules: list[str]) -> None:
     if torch:
         for role in TRAINER_ROLES:
             role_class(role).preload()
-        for name in modules:
-            with contextlib.suppress(ImportError):  # the role that needs it says why
-                importlib.import_module(name)
+        _import(modules)
     import ctypes  # noqa: F401 - each child names itself with it
 
     import verl_zmq.cli  # noqa: F401
     import verl_zmq.runner  # noqa: F401
+
+
+def _import(modules: list[str]) -> None:
+    """Import `modules`; one that does not import is skipped (the role that needs
+    it says why)."""
+    import importlib
+
+    for name in modules:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 def _child(req: dict, fds: list[int], sock: socket.socket, wake_r: int, wake_w: int) -> None:
@@ -170,7 +176,7 @@ def serve(fd: int, torch: bool = False, modules: list[str] | None = None,
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select through wake_w
     _preload(torch, modules or [])
     if more:
-        _preload(torch, _more(sock))
+        _import(_more(sock))
     if not torch and "torch" in sys.modules:  # a role module began to import it
         sys.exit("fork server: torch was imported while preloading")
     if _threads() != 1:  # a fork would copy a lock another thread may hold

@@ -68,23 +68,23 @@ class Early:
         self.forget()
 
 
-_started: dict[bool, Early] = {}
-_released: list[Early] = []
+_zygote: Early | None = None  # started, not yet taken
+_released: list[Early] = []  # let go, to be reaped
 
 
-def _spawn(torch: bool) -> Early:
+def _spawn() -> Early:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     fd, name = tempfile.mkstemp(prefix="verl-forkserver-", suffix=".err")
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "verl_zmq.forkserver", str(theirs.fileno()), "--more",
-             *(["--torch"] if torch else [])],
+             "--torch"],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=fd, start_new_session=True)
     finally:
         os.close(fd)
         theirs.close()
-    if torch and hasattr(os, "sched_setaffinity"):
+    if hasattr(os, "sched_setaffinity"):
         # where learners' own cores are (counted from the last; launcher/affinity.py),
         # away from the launcher's start: the supervisor pins it for the job it reads
         with contextlib.suppress(OSError):
@@ -96,32 +96,30 @@ def _spawn(torch: bool) -> Early:
 
 def start(argv: list[str]) -> None:
     """Start the zygote unless `argv` starts no job with local roles."""
+    global _zygote
     if not argv or NO_JOB & set(argv) or argv[0] in NO_LOCAL:
         return
     with contextlib.suppress(OSError):
-        # the torch zygote alone: the other server imports in half a second, and three
-        # processes importing at once (with the launcher) slow the launcher itself on
-        # two cores, which the samplers wait for
-        _started[True] = _spawn(True)
+        _zygote = _spawn()
 
 
-def take(torch: bool) -> Early | None:
-    """The server started early (the torch zygote with `torch`), once; None when
-    none was."""
-    return _started.pop(torch, None)
+def take() -> Early | None:
+    """The zygote started early, once; None when none was."""
+    global _zygote
+    out, _zygote = _zygote, None
+    return out
 
 
 def release() -> None:
-    """Let what no one took go, without waiting for it (a server still importing
+    """Let a zygote no one took go, without waiting for it (still importing, it
     reads its socket's EOF once done); `close` reaps it."""
-    for torch in list(_started):
-        e = _started.pop(torch)
+    if (e := take()) is not None:
         e.sock.close()
         _released.append(e)
 
 
 def close() -> None:
-    """Stop and reap every server no one took."""
+    """Stop and reap a zygote no one took."""
     release()
     while _released:
         _released.pop().close()

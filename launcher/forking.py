@@ -127,7 +127,7 @@ class ForkServer:
         that import torch, preloading `modules` too), on `cpus` while it imports
         (its roles' own cores: the samplers step on the others), and wait for it to
         be ready; None when it cannot."""
-        ahead = early.take(torch)
+        ahead = early.take() if torch else None
         if ahead is not None:
             ahead.hand_over(err_path)
             ours = ahead.sock

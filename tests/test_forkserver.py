@@ -102,12 +102,12 @@ def test_servers_started_ahead_are_reaped_when_no_job_takes_them(tmp_path, monke
     monkeypatch.setattr(early.tempfile, "tempdir", str(tmp_path))
     for argv in (["local", "job.toml", "--dry-run"], ["k8s", "job.toml"], ["--help"], []):
         early.start(argv)
-        assert early.take(False) is None and early.take(True) is None
+        assert early.take() is None
     early.start(["local", "job.toml"])
-    procs = [e.proc for e in early._started.values()]
-    assert len(procs) == 1 and all(p.poll() is None for p in procs)
+    zygote = early._zygote
+    assert zygote is not None and zygote.proc.poll() is None
     early.close()
-    assert all(p.poll() is not None for p in procs)
+    assert zygote.proc.poll() is not None and early._zygote is None
     assert not list(tmp_path.glob("verl-forkserver-*"))
 
 

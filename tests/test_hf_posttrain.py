@@ -173,6 +173,7 @@ def test_grpo_from_verl_files_raises_exact_match_and_saves_a_loadable_folder(tmp
     print(f"val exact match {r['before']} -> {r['after']}, KL to the reference "
           f"{r['kl_ref']} nats/token after {r['updates']} updates")
     assert r["rc"] == 0 and r["final"], r
+    assert r["first_eval_steps"] > 0, r  # evaluation.before_training = false
     assert math.isfinite(r["kl_ref"]) and r["kl_ref"] >= 0
     assert r["after"] >= r["before"] + MARGIN, r
     _folder_answers_as_the_learner(Path(r["run"]), tmp_path)

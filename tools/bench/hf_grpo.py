@@ -83,7 +83,9 @@ def run_once(seed: int, work: Path, updates: int = UPDATES, sft_steps: int = SFT
                                      "algorithm.policy.tokenizer=",
                                      f"training.total_timesteps={updates * batch}",
                                      f"evaluation.interval_steps={updates * batch // 3}",
-                                     "evaluation.stop_at_return=1.01", *extra],
+                                     "evaluation.stop_at_return=1.01",
+                                     # `before` is the warm start's own validation
+                                     "evaluation.before_training=false", *extra],
                           timeout=timeout)
     finally:
         if old is None:
@@ -97,6 +99,7 @@ def run_once(seed: int, work: Path, updates: int = UPDATES, sft_steps: int = SFT
     return {"seed": seed, "rc": rc, "wall_s": round(wall, 1), "before": before,
             "after": evals[-1]["eval/return_mean"] if evals else None,
             "final": bool(evals and evals[-1].get("final")),
+            "first_eval_steps": evals[0]["env_steps"] if evals else None,
             "kl_ref": metrics[-1]["charts/kl_ref"] if metrics else None,
             "updates": metrics[-1].get("learner/updates") if metrics else None,
             "run": str(run)}
@@ -114,6 +117,7 @@ def main() -> None:
         for seed in a.seeds:
             row = run_once(seed, Path(tmp) / f"seed{seed}", a.updates, extra=tuple(a.sets))
             row.pop("run")
+            row.pop("first_eval_steps")
             rows.append(row)
             print(json.dumps(row), flush=True)
     print("\n| seed | val exact match before | after | rise | KL to ref | updates | job wall s |")

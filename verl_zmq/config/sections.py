@@ -189,6 +189,8 @@ class Evaluation:
     seed: int = 1_000_003  # episode i is seeded seed + i, apart from training envs
     deterministic: bool = True  # the policy's mode, not a sample
     stop_at_return: float | None = None  # stop the job once an eval reaches it
+    # evaluate the params training starts from (verl's val_before_train); false: first at
+    before_training: bool = True  # interval_steps, the job's first seconds to training
     # a new best is evaluated again on other episode seeds, and best.pt is kept on
     # that second evaluation alone: the first picked the candidate for being high,
     # so it is biased upwards; one lucky set of episodes does not make the best model
@@ -206,11 +208,9 @@ class Checkpoint:
     interval_steps: int = 50_000  # learner writes checkpoints/step_<n>.pt this often
     keep: int = 3  # step checkpoints kept (latest.pt and best.pt besides)
     min_free_mb: int = 64  # below this much free disk a periodic checkpoint is skipped; 0: off
-    # latest.pt alone (the state a restarted learner resumes from) after the first
-    # update and then every so often, so a learner killed between step checkpoints
-    # loses at most this much training; 0: off. A slow write stretches the interval:
-    # writing stays under 5% of the learner's time
-    snapshot_interval_s: float = 2.0  # latest.pt alone this often; 0: off
+    # latest.pt alone (what a restarted learner resumes from) after the first update
+    # and this often, so a killed learner loses at most this much training; 0: off.
+    snapshot_interval_s: float = 2.0  # a slow write stretches it: writing < 5% of the time
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,8 @@ class EvaluatorRole(Role):
         identical; one may be an update ahead) are evaluated once and credited to
         all; peers with parameters of their own are each evaluated on their newest."""
         src = msg.src
+        if src not in self.next_at and not E.before_training and msg.env_steps == 0:
+            self.next_at[src] = E.interval_steps  # not its starting params
         if msg.env_steps < self.next_at.get(src, 0) and not msg.final:
             return False
         if msg.final and src in self.finals:

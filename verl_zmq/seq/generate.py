@@ -129,7 +129,8 @@ class GenerateCollector:
         self.swap()
         a, s = self.algo, self.settings
         which = self.deck.draw(self.prompts_per_fragment)
-        prompt, pmask = pad_left([self.ids[i] for i in which], a.pad, s.max_prompt_length)
+        # generated at the longest prompt's width, shipped at the job's
+        prompt, pmask = pad_left([self.ids[i] for i in which], a.pad)
         t0 = time.monotonic()
         g = generate(a.model, prompt, pmask, a.sampling(), a.eos, a.pad)
         self.gen_s += time.monotonic() - t0
@@ -150,7 +151,10 @@ class GenerateCollector:
         last = np.zeros((T, E), bool)
         last[np.maximum(lengths - 1, 0), np.arange(E)] = True
         reward = np.where(last, scores[None], 0.0).astype(np.float32)
-        rows = np.repeat(torch.where(pmask.bool(), prompt, -1).numpy(), G, axis=0)
+        rows = np.full((len(which), s.max_prompt_length), -1, np.int64)
+        rows[:, s.max_prompt_length - prompt.shape[1]:] = torch.where(pmask.bool(), prompt,
+                                                                       -1).numpy()
+        rows = np.repeat(rows, G, axis=0)
         self.steps += T
         arrays = {
             "obs": np.zeros((T, E, 0), np.float32),

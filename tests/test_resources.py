@@ -55,3 +55,50 @@ def test_a_fork_already_over_its_limit_says_so_before_setting_it():
     with pytest.raises(MemoryError, match="in use at the role's start"):
         limit_memory("10MB")
     assert resource.getrlimit(resource.RLIMIT_AS) == before  # nothing was set
+
+
+LOWER = """
+import os, time
+from verl_zmq.log import get_logger
+from verl_zmq.runner import lower_priority
+os.setsid()  # a role leads its own session, as launched
+lower_priority(7, get_logger())
+print("nice", os.getpriority(os.PRIO_PROCESS, 0), flush=True)
+group = ""
+for _ in range(50):  # the session's CPU share is lowered in the background
+    if not os.path.exists("/proc/self/autogroup"):
+        break
+    group = open("/proc/self/autogroup").read()
+    if group.split()[-1] == "7":
+        break
+    time.sleep(0.1)
+print("group", group.strip() or "no autogroup", flush=True)
+"""
+
+
+def test_a_role_lowers_its_priority_and_its_sessions(tmp_path):
+    """`resources.<role>.nice`: the process's nice value, and where the kernel
+    shares CPU between sessions first (autogroup), its session's; out of 0-19 the
+    job file is refused, naming the key."""
+    import subprocess
+    import sys
+
+    from verl_zmq.config import ConfigError, load_job
+
+    out = subprocess.run([sys.executable, "-c", LOWER], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path.parent, env=_env())
+    said = dict(x.split(" ", 1) for x in out.stdout.splitlines()
+                if x.startswith(("nice ", "group ")))
+    nice, group = said.get("nice"), said.get("group", "")
+    assert nice == "7", out
+    assert group == "no autogroup" or group.endswith("nice 7"), group
+    with pytest.raises(ConfigError, match="resources.sampler.nice: expected 0 to 19"):
+        load_job(CONFIGS / "cartpole_ppo.toml", ["resources.sampler.nice=20"])
+
+
+def _env() -> dict:
+    import os
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}

@@ -6,10 +6,13 @@ Both build the same RoleContext and call the same `serve`.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +104,36 @@ def pin(log) -> None:
         log.warning("cpu_affinity_failed", spec=spec, error=str(e))
 
 
+def lower_priority(nice: int, log) -> None:
+    """`resources.<role>.nice`: yield shared cores to the other roles (a sampler to
+    its learner, which every sampler waits on). Where the kernel shares CPU between
+    sessions first (autogroup), a nice value counts only inside the session, so a
+    role leading its own (as launched) lowers its session's too; the kernel takes
+    one such change per 0.1 s, so a refused one is retried in the background."""
+    if nice <= 0:
+        return
+    try:
+        os.nice(nice)  # before any thread: threads take their creator's
+    except OSError as e:
+        log.warning("nice_failed", nice=nice, error=str(e))
+        return
+    log.info("priority_lowered", nice=nice)
+    if os.getsid(0) == os.getpid() and os.path.exists("/proc/self/autogroup"):
+        threading.Thread(target=_autogroup_nice, args=(nice,), daemon=True).start()
+
+
+def _autogroup_nice(nice: int, tries: int = 30) -> None:
+    for _ in range(tries):
+        try:
+            with open("/proc/self/autogroup", "w") as f:
+                f.write(str(nice))
+            return
+        except OSError as e:
+            if e.errno != errno.EAGAIN:
+                return
+            time.sleep(0.1)
+
+
 def address_space() -> int:
     """Bytes of address space this process maps now (0 where /proc cannot say)."""
     try:
@@ -163,6 +196,8 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
                         stream=log_stream)
     res = getattr(job.resources, spec.role, None)
     pin(log)
+    if res is not None:
+        lower_priority(res.nice, log)
 
     def over_limit(e: BaseException) -> int:
         return _over_limit(log, spec, res.memory if res is not None else "?", e)

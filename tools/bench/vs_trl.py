@@ -13,7 +13,12 @@ Settings, mapped (printed at the start): TRL `num_generations` = our
 `clip_low`/`clip_high` (0.2/0.28); `num_iterations` = `n_epochs` (1);
 `max_completion_length` = `max_response_length` (8); learning rate 5e-4,
 constant, Adam(W) both sides; 16 prompts per step (`batch_size` 1024 token
-slots = 128 responses).
+slots = 128 responses), one optimiser step per batch (TRL's
+`gradient_accumulation_steps` = `steps_per_generation` = 1: our
+`minibatch_size` = `batch_size`); no validation before training on either side
+(TRL's callback first runs after step 10: our `evaluation.before_training` off).
+Ours otherwise as shipped (its samplers at `resources.sampler.nice` 10: the
+learner first on the shared cores).
 
 Measured, each side: whole-process wall time from its start until greedy exact
 match on the val file first reaches `--target` (ours: the evaluator's
@@ -54,6 +59,8 @@ MAPPING = [("num_generations", GROUP, "environment.kwargs.group_size"),
            ("learning_rate (constant)", LR, "learning_rate"),
            ("per_device_train_batch_size", PROMPTS * GROUP,
             f"batch_size {BATCH} token slots = {BATCH // RESPONSE} responses"),
+           ("steps_per_generation", 1, f"minibatch_size {BATCH}: one step per batch"),
+           ("(evaluation at step 0)", "none", "evaluation.before_training = false"),
            ("torch threads", 2, "2 cores: learner and samplers share them")]
 
 
@@ -67,6 +74,8 @@ def ours(seed: int, work: Path, sets: list[str], sft: Path, target: float,
                                  "algorithm.params.loss_agg=seq-mean-token-mean",
                                  f"algorithm.params.learning_rate={LR}",
                                  f"algorithm.params.kl_coef={BETA}",
+                                 f"algorithm.params.minibatch_size={BATCH}",
+                                 "evaluation.before_training=false",
                                  f"training.total_timesteps={max_updates * BATCH}",
                                  f"evaluation.interval_steps={EVAL_EVERY * BATCH}",
                                  f"evaluation.stop_at_return={target}"], timeout=1800)

@@ -167,8 +167,7 @@ class Training:
     learn: bool = True  # false: drain batches without updating (pipeline benchmarks)
     update_delay_s: float = 0.0  # sleep after each update: a learner slowed on purpose (soak)
     stop_at_episode_return: float | None = None  # end at this last-100-episode training mean
-    # data parallel: N processes (torch.distributed), each updating on its share
-    num_learners: int = 1  # processes of the one learner: gradients all-reduced
+    num_learners: int = 1  # data parallel: processes (torch.distributed), gradients all-reduced
     learner_timeout_s: float = 60.0  # a rendezvous or collective waits at most this
 
 
@@ -294,11 +293,12 @@ class Launch:
 
 @dataclass(frozen=True)
 class RoleResources:
-    """What one role may use: threads, memory ("2GB"), GPUs."""
+    """What one role may use: threads, memory ("2GB"), GPUs, CPU priority."""
 
     cpu: int = 0  # threads; a learner's or peer's cores of its own (affinity); 0: default
     memory: str = ""  # empty: no limit
     gpu: int = 0
+    nice: int = 0  # 0-19: yield shared cores (samplers of a learner-bound job: learner first)
 
 
 @dataclass(frozen=True)

@@ -180,8 +180,8 @@ def test_grpo_from_verl_files_raises_exact_match_and_saves_a_loadable_folder(tmp
 
 
 # below the worst rise of `python tools/bench/hf_grpo.py --seeds 0 1 2 3 4 --updates 90`
-# (+0.07 over 0.21-0.69 before; the tool's default 150 updates: +0.05)
-MARGIN = 0.02
+# (+0.02 over 0.11-0.69 before, mean +0.15; this test's seed 2: +0.23)
+MARGIN = 0.01
 UPDATES = 90
 
 

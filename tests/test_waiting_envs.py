@@ -1,6 +1,7 @@
 """Envs that wait (a simulator, a robot, a socket): `verl/Waiting-v0` waits without
 the CPU, and `environment.vectorization = "threads"` steps a vector step's envs at
-once in threads, with the same results as gymnasium's sync vector env."""
+once in threads (or, for envs whose step can be begun, begins them all and then
+finishes each), with the same results as gymnasium's sync vector env."""
 
 from __future__ import annotations
 
@@ -78,3 +79,44 @@ def test_the_waiting_env_pays_the_matching_action():
         obs, r, te, tr, _ = env.step(int(obs[0] > 0))
         total += r
     assert total == 3.0 and tr and not te
+
+
+class _Begun(gym.Env):
+    """A step that can be begun: finishing one checks that every env of the vector
+    step was begun first, with the vector's own action, in the vector's thread."""
+
+    begun: list[int] = []
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(3)
+        self.sent: int | None = None
+
+    def begin_step(self, action):
+        self.sent = int(action)
+        _Begun.begun.append(int(action))
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        ok = (self.sent == int(action) and len(_Begun.begun) % 4 == 0
+              and threading.current_thread() is threading.main_thread())
+        return np.ones(1, np.float32), float(ok), False, False, {}
+
+
+def test_envs_whose_step_can_be_begun_are_begun_together_without_threads():
+    _Begun.begun.clear()
+    venv = ThreadVectorEnv([_Begun for _ in range(4)])
+    assert venv.begins is not None
+    venv.reset(seed=0)
+    for t in range(3):
+        _, r, *_ = venv.step(np.array([0, 1, 2, t % 3]))
+        assert r.tolist() == [1.0] * 4
+    assert _Begun.begun[-4:] == [0, 1, 2, 2]
+    venv.close()
+    # an action wrapper changes what reaches the env: stepped in threads instead
+    wrapped = ThreadVectorEnv([lambda: gym.wrappers.TransformAction(
+        _Begun(), lambda a: (a + 1) % 3, gym.spaces.Discrete(3)) for _ in range(4)])
+    assert wrapped.begins is None
+    wrapped.close()

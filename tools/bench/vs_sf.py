@@ -26,6 +26,7 @@ Sample Factory lives in a virtual environment of its own (`.venv-sf`, made on
 first use: it pins gymnasium 0.29 and numpy 1.26).
 
     python tools/bench/learning.py ppo-cartpole --vs sample-factory [--seeds 0 1 2]
+    python tools/bench/learning.py lunarlander-ppo --vs sample-factory --seeds 0   # long
 """
 
 from __future__ import annotations
@@ -52,6 +53,20 @@ TASKS = {
                 num_batches_per_epoch=1, num_epochs=20, learning_rate=1e-3, gamma=0.99,
                 gae_lambda=0.95, exploration_loss_coeff=0.01, value_loss_coeff=0.5,
                 ppo_clip_ratio=0.2, max_grad_norm=0.5)),
+    # configs/lunarlander_ppo.toml's settings: 4 x 4 envs, 256-step rollouts, 16,384
+    # env steps an update in 64-sample minibatches, 4 epochs; ours scales rewards by
+    # the running std of discounted returns, Sample Factory normalises its returns
+    # (its nearest setting). Its gymnasium (0.29) names the same task LunarLander-v2.
+    "lunarlander-ppo": dict(
+        env="LunarLander-v3", sf_env="LunarLander-v2", sf_pins=["box2d==2.3.10", "pygame"],
+        job="configs/lunarlander_ppo.toml", target=200.0, budget=3_000_000, ours=[],
+        sf=dict(num_workers=4, num_envs_per_worker=4, rollout=256, batch_size=64,
+                num_batches_per_epoch=256, num_epochs=4, learning_rate=3e-4, gamma=0.999,
+                gae_lambda=0.98, exploration_loss_coeff=0.01, value_loss_coeff=0.5,
+                ppo_clip_ratio=0.2, max_grad_norm=0.5, normalize_returns=True,
+                # its policy lag counts SGD steps, 1,024 an update here: its default
+                # limit (1000) would mark every sample invalid
+                max_policy_lag=100_000)),
 }
 
 # Run as a file, not `-c`: Sample Factory spawns its workers, which import this
@@ -108,13 +123,19 @@ if __name__ == "__main__":
 """
 
 
-def ensure_venv() -> Path:
-    """Sample Factory's own interpreter, made (once) when it is missing."""
+def ensure_venv(task: dict) -> Path:
+    """Sample Factory's own interpreter, made (once) when it is missing, with what
+    the task's env needs there."""
     py = VENV / "bin" / "python"
     if not py.exists():
         print(f"making {VENV.name} for Sample Factory ({', '.join(PINS)}) ...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "-q", *PINS], check=True)
+    env = task.get("sf_env", task["env"])
+    if task.get("sf_pins") and subprocess.run(
+            [str(py), "-c", f"import gymnasium; gymnasium.make({env!r})"],
+            capture_output=True).returncode:
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *task["sf_pins"]], check=True)
     return py
 
 
@@ -122,10 +143,11 @@ def run_sf(py: Path, task: dict, seed: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "sf_side.py"
         script.write_text(SF_SCRIPT)
-        payload = json.dumps({**task, "seed": seed, "dir": tmp})
+        env = task.get("sf_env", task["env"])
+        payload = json.dumps({**task, "env": env, "seed": seed, "dir": tmp})
         t0 = time.time()
         r = subprocess.run([str(py), str(script), payload], capture_output=True, text=True,
-                           cwd=tmp, timeout=3600, env={**os.environ, "SF_BENCH_ENV": task["env"]})
+                           cwd=tmp, timeout=5400, env={**os.environ, "SF_BENCH_ENV": env})
         wall = time.time() - t0
     if r.returncode != 0 or not r.stdout.strip():
         raise RuntimeError(r.stderr[-3000:])
@@ -152,7 +174,7 @@ def run_ours(task: dict, seed: int) -> dict:
 
 def main(bench: str, seeds: list[int]) -> None:
     task = TASKS[bench]
-    py = ensure_venv()
+    py = ensure_venv(task)
     print(f"target: the last 100 training episodes' mean >= {task['target']:g}")
     print(f"{'who':<8}{'seed':>5}{'s to target':>13}{'process s':>11}{'steps':>10}{'mean':>8}")
     walls: dict[str, list[float]] = {"sf": [], "ours": []}

@@ -4,8 +4,10 @@ Stable-Baselines3's `SubprocVecEnv` on the same env and total env count.
 
 The env is `verl/Waiting-v0`: each step waits `--latency-ms` without the CPU
 (`time.sleep`, like an env waiting on a simulator, a robot or a socket) and is
-otherwise trivial. Each sampler holds 4 envs stepped at once in threads
-(`environment.vectorization = "threads"`). For each count of samplers:
+otherwise trivial. Each sampler holds 4 envs stepped at once
+(`environment.vectorization = "threads"`: this env's steps can be begun, so all
+four are begun and then finished in the sampler's own thread). For each count
+of samplers:
 
 - ours, drain: samplers, one FIFO shard and a learner that consumes without
   training (`training.learn = false`, no pacing), env steps/s counted by the
@@ -125,7 +127,7 @@ def main() -> None:
     ap.add_argument("--sb3-learn", action="store_true", help="also SB3's PPO.learn")
     a = ap.parse_args()
     ideal = ENVS * 1000 / a.latency_ms
-    print(f"verl/Waiting-v0, {a.latency_ms:g} ms a step, {ENVS} envs a sampler (threads); "
+    print(f"verl/Waiting-v0, {a.latency_ms:g} ms a step, {ENVS} envs a sampler (begun together); "
           f"ideal {ideal:,.0f} env steps/s a sampler\n")
     print("| samplers (envs) | ours drain | x 1 sampler | ours train | learner busy | "
           "SB3 SubprocVecEnv | SB3 PPO.learn |")

@@ -13,7 +13,8 @@ gymnasium ids when `envs.make` is imported.
   CPU (`time.sleep`, as an env waiting on a simulator, a robot or a socket
   would), with trivial dynamics: a random Box(4) observation, Discrete(2)
   actions, 1 for the action that matches the sign of the first feature,
-  episodes of `length` steps (optimal return `length`).
+  episodes of `length` steps (optimal return `length`). Its step can be begun
+  (`begin_step`) and finished later, as a socket env's send and receive.
 - `verl/JointChoice-v0`: each step shows a cue (one of 3 x 3, one-hot) and
   takes a MultiDiscrete([3, 3]) action; only both parts right pay 1. Episodes
   of `length` steps: the optimal return is `length`.
@@ -123,6 +124,11 @@ class Waiting(gym.Env):
         self.action_space = gym.spaces.Discrete(2)
         self.t = 0
         self.obs = np.zeros(4, np.float32)
+        self.due: float | None = None
+
+    def begin_step(self, action: Any) -> None:
+        """The wait starts now (as an action sent on a socket); `step` waits out the rest."""
+        self.due = time.monotonic() + self.latency_s
 
     def _draw(self) -> np.ndarray:
         self.obs = self.np_random.uniform(-1, 1, 4).astype(np.float32)
@@ -130,12 +136,14 @@ class Waiting(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: Any = None):
         super().reset(seed=seed)
-        self.t = 0
+        self.t, self.due = 0, None
         return self._draw(), {}
 
     def step(self, action):
-        if self.latency_s > 0:
-            time.sleep(self.latency_s)
+        due, self.due = self.due, None
+        wait = self.latency_s if due is None else due - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
         r = float(int(action) == int(self.obs[0] > 0))
         self.t += 1
         return self._draw(), r, False, self.t >= self.length, {}

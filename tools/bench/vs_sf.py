@@ -53,14 +53,17 @@ TASKS = {
                 num_batches_per_epoch=1, num_epochs=20, learning_rate=1e-3, gamma=0.99,
                 gae_lambda=0.95, exploration_loss_coeff=0.01, value_loss_coeff=0.5,
                 ppo_clip_ratio=0.2, max_grad_norm=0.5)),
-    # configs/lunarlander_ppo.toml's settings: 4 x 4 envs, 256-step rollouts, 16,384
-    # env steps an update in 64-sample minibatches, 4 epochs; ours scales rewards by
-    # the running std of discounted returns, Sample Factory normalises its returns
-    # (its nearest setting). Its gymnasium (0.29) names the same task LunarLander-v2.
+    # configs/lunarlander_ppo.toml's settings: 4 x 4 envs, 16,384 env steps an update
+    # in 64-sample minibatches, 4 epochs, with 64-step rollouts on both sides (Sample
+    # Factory takes no rollout longer than its minibatch: every sample came out
+    # invalid with 256); ours scales rewards by the running std of discounted
+    # returns, Sample Factory normalises its returns (its nearest setting). Its
+    # gymnasium (0.29) names the same task LunarLander-v2.
     "lunarlander-ppo": dict(
         env="LunarLander-v3", sf_env="LunarLander-v2", sf_pins=["box2d==2.3.10", "pygame"],
-        job="configs/lunarlander_ppo.toml", target=200.0, budget=3_000_000, ours=[],
-        sf=dict(num_workers=4, num_envs_per_worker=4, rollout=256, batch_size=64,
+        job="configs/lunarlander_ppo.toml", target=200.0, budget=3_000_000,
+        ours=["sampling.fragment_length=64"],
+        sf=dict(num_workers=4, num_envs_per_worker=4, rollout=64, batch_size=64,
                 num_batches_per_epoch=256, num_epochs=4, learning_rate=3e-4, gamma=0.999,
                 gae_lambda=0.98, exploration_loss_coeff=0.01, value_loss_coeff=0.5,
                 ppo_clip_ratio=0.2, max_grad_norm=0.5, normalize_returns=True,

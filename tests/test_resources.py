@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from tests.conftest import CONFIGS, kill_tree, read_events, start_job, wait_for
+from tests.conftest import CONFIGS, ROOT, kill_tree, read_events, start_job, wait_for
 
 pytestmark = pytest.mark.e2e  # real processes
 
@@ -76,7 +76,7 @@ print("group", group.strip() or "no autogroup", flush=True)
 """
 
 
-def test_a_role_lowers_its_priority_and_its_sessions(tmp_path):
+def test_a_role_lowers_its_priority_and_its_sessions():
     """`resources.<role>.nice`: the process's nice value, and where the kernel
     shares CPU between sessions first (autogroup), its session's; out of 0-19 the
     job file is refused, naming the key."""
@@ -86,7 +86,7 @@ def test_a_role_lowers_its_priority_and_its_sessions(tmp_path):
     from verl_zmq.config import ConfigError, load_job
 
     out = subprocess.run([sys.executable, "-c", LOWER], capture_output=True, text=True,
-                         timeout=60, cwd=tmp_path.parent, env=_env())
+                         timeout=60, cwd=ROOT)
     said = dict(x.split(" ", 1) for x in out.stdout.splitlines()
                 if x.startswith(("nice ", "group ")))
     nice, group = said.get("nice"), said.get("group", "")
@@ -95,10 +95,3 @@ def test_a_role_lowers_its_priority_and_its_sessions(tmp_path):
     with pytest.raises(ConfigError, match="resources.sampler.nice: expected 0 to 19"):
         load_job(CONFIGS / "cartpole_ppo.toml", ["resources.sampler.nice=20"])
 
-
-def _env() -> dict:
-    import os
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parents[1])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}

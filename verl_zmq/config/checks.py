@@ -184,15 +184,14 @@ def memory_bytes(spec: str) -> int:
 
 def _check_resources(job: Job, source: str) -> None:
     for f in dataclasses.fields(job.resources):
-        nice = getattr(job.resources, f.name).nice
-        if not 0 <= nice <= 19:
+        res = getattr(job.resources, f.name)
+        if not 0 <= res.nice <= 19:
             raise ConfigError(f"{source}: resources.{f.name}.nice: expected 0 to 19 "
                               f"(how much lower than the other roles' CPU priority), "
-                              f"got {nice}")
-        spec = getattr(job.resources, f.name).memory
-        if spec:
+                              f"got {res.nice}")
+        if res.memory:
             try:
-                memory_bytes(spec)
+                memory_bytes(res.memory)
             except ValueError as e:
                 raise ConfigError(f"{source}: resources.{f.name}.memory: {e}") from None
 

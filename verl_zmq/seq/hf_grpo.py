@@ -82,10 +82,11 @@ def prompt_tensors(prompt: np.ndarray, pad: int) -> tuple[torch.Tensor, torch.Te
     columns no prompt reaches are cut (the fragment's width is the job's
     `max_prompt_length`: compute on the padding would be a third of an update)."""
     p = torch.as_tensor(np.asarray(prompt, np.int64))
-    used = np.flatnonzero((np.asarray(prompt) >= 0).any(0))
-    p = p[:, int(used[0]) if len(used) else p.shape[1] - 1:]
-    mask = (p >= 0).long()
-    return torch.where(mask.bool(), p, torch.full_like(p, pad)), mask
+    real = p >= 0
+    used = real.any(0).nonzero()
+    first = int(used[0]) if len(used) else p.shape[1] - 1
+    p, real = p[:, first:], real[:, first:]
+    return torch.where(real, p, torch.full_like(p, pad)), real.long()
 
 
 class HFGRPO(Algorithm):

@@ -132,9 +132,10 @@ def test_a_killed_learner_makes_the_group_form_again_and_the_job_reach_its_targe
     # no stop at the target (a run that reached 475 just after the kill would end
     # before the group formed again); the test stops the job once the group has
     # formed again, updated, and the target was reached. The budget is only a bound:
-    # three times what two learners take to 475 on the mean (tools/bench/learners.py)
+    # five times what two learners take to 475 on the mean (tools/bench/learners.py),
+    # since the kill rolls rank 1 back to a checkpoint and PPO on CartPole can dip
     proc = start_job(CONFIGS / "cartpole_ppo.toml", run, "training.num_learners=2",
-                     "checkpoint.interval_steps=4000", "training.total_timesteps=60000",
+                     "checkpoint.interval_steps=4000", "training.total_timesteps=100000",
                      "evaluation.stop_at_return=1e9")
     logs = run / "logs"
     try:

@@ -1,17 +1,20 @@
-"""The torch zygote started at `verl-launch`'s first moment (`entry.py`).
+"""The fork servers started at `verl-launch`'s first moment (`entry.py`).
 
-The torch zygote (`verl_zmq/forkserver.py --torch`) imports the same modules
-whatever the job (torch and the trainers' modules), so it need not wait for the
-launcher to import itself, read the job and plan it (about half a second of a
-core): `entry.main` starts it before importing the rest of the launcher, and the
-supervisor takes it over (`take`) where it would start its own, and sends it
-the modules the job needs beyond those (`--more`: a Hugging Face policy's). A
-job whose roles are all remote, or with `launch.fork_server = false`, lets it
-go; a dry run, `--help`, `--version`, Kubernetes manifests and a Slurm
-allocation (roles started by srun) start none. The torch-free fork server is
-not started this way: it imports in half a second, and a third process
-importing beside the launcher and the zygote slowed the launcher itself on two
-cores (the samplers wait for it).
+Both fork servers (`verl_zmq/forkserver.py`) import the same modules whatever
+the job: the torch-free one the roles' modules (numpy, gymnasium, zmq), the
+torch zygote (`--torch`) torch and the trainers' modules too. So they need not
+wait for the launcher to import itself, read the job, check it and plan it
+(half a second of a core): `entry.main` starts them before importing the rest
+of the launcher, and the supervisor takes each over (`take`) where it would
+start its own, and sends it the modules the job needs beyond those (`--more`:
+a Hugging Face policy's, to the zygote). The launcher itself imports neither
+numpy nor gymnasium before it checks the job, nor TensorBoard's writer before
+the job runs (`ops/tb.py`), so on two cores the three importing together leave
+the samplers' first env step earlier than the launcher and the torch-free
+server importing one after the other (`tools/bench/startup.py`). A job whose
+roles are all remote, or with `launch.fork_server = false`, lets them go; a dry
+run, `--help`, `--version`, Kubernetes manifests and a Slurm allocation (roles
+started by srun) start none.
 
 Standard library only: importing it costs nothing before the servers start.
 """
@@ -68,23 +71,23 @@ class Early:
         self.forget()
 
 
-_zygote: Early | None = None  # started, not yet taken
+_ahead: dict[bool, Early] = {}  # started, not yet taken: the zygote at True
 _released: list[Early] = []  # let go, to be reaped
 
 
-def _spawn() -> Early:
+def _spawn(torch: bool) -> Early:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     fd, name = tempfile.mkstemp(prefix="verl-forkserver-", suffix=".err")
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "verl_zmq.forkserver", str(theirs.fileno()), "--more",
-             "--torch"],
+             *(["--torch"] if torch else [])],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=fd, start_new_session=True)
     finally:
         os.close(fd)
         theirs.close()
-    if hasattr(os, "sched_setaffinity"):
+    if torch and hasattr(os, "sched_setaffinity"):
         # where learners' own cores are (counted from the last; launcher/affinity.py),
         # away from the launcher's start: the supervisor pins it for the job it reads
         with contextlib.suppress(OSError):
@@ -95,31 +98,31 @@ def _spawn() -> Early:
 
 
 def start(argv: list[str]) -> None:
-    """Start the zygote unless `argv` starts no job with local roles."""
-    global _zygote
+    """Start both servers unless `argv` starts no job with local roles."""
     if not argv or NO_JOB & set(argv) or argv[0] in NO_LOCAL:
         return
-    with contextlib.suppress(OSError):
-        _zygote = _spawn()
+    for torch in (True, False):
+        with contextlib.suppress(OSError):
+            _ahead[torch] = _spawn(torch)
 
 
-def take() -> Early | None:
-    """The zygote started early, once; None when none was."""
-    global _zygote
-    out, _zygote = _zygote, None
-    return out
+def take(torch: bool = True) -> Early | None:
+    """The zygote (or with `torch` False the torch-free server) started early,
+    once; None when none was."""
+    return _ahead.pop(torch, None)
 
 
 def release() -> None:
-    """Let a zygote no one took go, without waiting for it (still importing, it
-    reads its socket's EOF once done); `close` reaps it."""
-    if (e := take()) is not None:
-        e.sock.close()
-        _released.append(e)
+    """Let the servers no one took go, without waiting for them (still importing,
+    they read their socket's EOF once done); `close` reaps them."""
+    for torch in (True, False):
+        if (e := take(torch)) is not None:
+            e.sock.close()
+            _released.append(e)
 
 
 def close() -> None:
-    """Stop and reap a zygote no one took."""
+    """Stop and reap the servers no one took."""
     release()
     while _released:
         _released.pop().close()

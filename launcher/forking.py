@@ -15,10 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from verl_zmq.algos.traits import numpy_acting
 from verl_zmq.config import Job
 from verl_zmq.config.roles import EVALUATOR, SAMPLER, role_traits
 from verl_zmq.forkserver import MAX_MSG
-from verl_zmq.policy.numpy_actor import numpy_acting
 from verl_zmq.runner import resolve_cpus
 
 from . import early
@@ -127,7 +127,7 @@ class ForkServer:
         that import torch, preloading `modules` too), on `cpus` while it imports
         (its roles' own cores: the samplers step on the others), and wait for it to
         be ready; None when it cannot."""
-        ahead = early.take() if torch else None
+        ahead = early.take(torch)
         if ahead is not None:
             ahead.hand_over(err_path)
             ours = ahead.sock
@@ -148,7 +148,7 @@ class ForkServer:
             ours.setblocking(False)
             server = cls(proc, ours)
         server.torch = torch
-        if (cpus or ahead is not None) and hasattr(os, "sched_setaffinity"):
+        if (cpus or (ahead is not None and torch)) and hasattr(os, "sched_setaffinity"):
             with contextlib.suppress(OSError):  # gone already: the ready wait says so
                 os.sched_setaffinity(server.proc.pid, cpus or LAUNCHER_CPUS)
         try:

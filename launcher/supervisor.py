@@ -14,7 +14,6 @@ from pathlib import Path
 
 from verl_zmq.config import Job
 from verl_zmq.config.roles import REGISTRY, role_traits
-from verl_zmq.log import write_failed
 from verl_zmq.ops import tb
 from verl_zmq.ops.runview import RunView
 
@@ -95,12 +94,7 @@ class Supervisor:
         self.outcome = EXIT_DONE
         self.wake = asyncio.Event()
         self.t0 = time.time()
-        self.tb = None
-        if tb.available():  # the tensorboard extra: event files in tb/ from the logs
-            try:
-                self.tb = tb.TBWriter(run_dir, job_text, view=self.view)
-            except Exception as e:  # never fail a job over its charts
-                log.warning("tensorboard_unavailable", error=str(e))
+        self.charts = tb.Charts(run_dir, job_text, self.view, log)  # tb/, from the logs
 
     def _env(self, p: Placement) -> dict:
         env = {"PYTHONUNBUFFERED": "1"}
@@ -230,13 +224,7 @@ class Supervisor:
             await asyncio.sleep(0.5)
             new = self.view.poll()
             self.term.role_events(new)
-            if self.tb is not None:
-                try:
-                    self.tb.write(new)
-                except OSError as e:  # a full disk: no more charts, the job goes on
-                    write_failed(self.log, "tensorboard_failed", self.run_dir / "tb", e,
-                                 "no more TensorBoard events")
-                    self.tb = None
+            self.charts.write(new)
             if time.monotonic() >= next_print:
                 next_print = time.monotonic() + every
                 self.term.progress(self.progress.line())
@@ -280,9 +268,7 @@ class Supervisor:
             w.cancel()
         new = self.view.poll()
         self.term.role_events(new)
-        if self.tb is not None:
-            with contextlib.suppress(OSError):
-                self.tb.close(new)
+        self.charts.write(new, final=True)
         self.term.end()
         return self.outcome
 

@@ -47,8 +47,8 @@ def test_forked_roles_report_their_signal_and_outlive_a_lost_server(tmp_path):
         servers = wait_for(lambda: len(_launcher(run, "fork_server_started")) == 2
                            and _launcher(run, "fork_server_started"), 60,
                            what="the fork server and the torch zygote")
-        # `python -m launcher` (verl-launch) started the zygote before it read the job
-        assert [e["torch"] for e in servers if e["early"]] == [True], servers
+        # `python -m launcher` (verl-launch) started both before it read the job
+        assert sorted(e["torch"] for e in servers if e["early"]) == [False, True], servers
         server = next(e["pid"] for e in servers if not e["torch"])
         started = wait_for(lambda: len(_launcher(run, "role_started")) == 8
                            and _launcher(run, "role_started"), 60, what="every role")
@@ -95,19 +95,21 @@ def test_forked_roles_report_their_signal_and_outlive_a_lost_server(tmp_path):
 @pytest.mark.timeout(120)
 def test_servers_started_ahead_are_reaped_when_no_job_takes_them(tmp_path, monkeypatch):
     """What `verl-launch` starts before reading the job: nothing for a dry run or
-    Kubernetes; the torch zygote otherwise, stopped and reaped (its empty error
-    file removed) when the launch ends without taking it."""
+    Kubernetes; the torch zygote and the torch-free server otherwise, stopped and
+    reaped (their empty error files removed) when the launch ends without taking
+    them."""
     from launcher import early
 
     monkeypatch.setattr(early.tempfile, "tempdir", str(tmp_path))
     for argv in (["local", "job.toml", "--dry-run"], ["k8s", "job.toml"], ["--help"], []):
         early.start(argv)
-        assert early.take() is None
+        assert early.take() is None and early.take(torch=False) is None
     early.start(["local", "job.toml"])
-    zygote = early._zygote
-    assert zygote is not None and zygote.proc.poll() is None
+    servers = dict(early._ahead)
+    assert set(servers) == {True, False}
+    assert all(s.proc.poll() is None for s in servers.values())
     early.close()
-    assert zygote.proc.poll() is not None and early._zygote is None
+    assert all(s.proc.poll() is not None for s in servers.values()) and not early._ahead
     assert not list(tmp_path.glob("verl-forkserver-*"))
 
 

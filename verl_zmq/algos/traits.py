@@ -202,3 +202,10 @@ def traits(name: str) -> Traits:
         raise KeyError(f"algorithm.name: unknown algorithm {name!r} "
                        f"(one of {', '.join(sorted(TRAITS))})")
     return TRAITS[name]
+
+
+def numpy_acting(job: Any) -> bool:
+    """Whether the job's policy acts in numpy (`sampling.inference`): the built-in
+    MLPs under "auto", or "numpy" (the launcher asks, to fork samplers without torch)."""
+    how = job.sampling.inference
+    return how == "numpy" or (how == "auto" and bool(job.traits.numpy_actor))

@@ -6,8 +6,6 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-import numpy as np
-
 from . import Job
 from .roles import EVALUATOR, LEARNER, PEER, REGISTRY, REPLAY, SAMPLER
 
@@ -54,6 +52,8 @@ def acting_seeds(job_seed: int, group: str, index: int) -> tuple[int, int]:
     """(torch seed, numpy seed) of one sampler's action noise: distinct for every
     (job seed, group, worker index), so samplers never explore in lock-step (the
     networks' initial weights come from the job seed alone, identical everywhere)."""
+    import numpy as np  # here: the launcher plans without numpy
+
     ss = np.random.SeedSequence([job_seed, zlib.crc32(group.encode()), index])
     t, n = ss.generate_state(2, dtype=np.uint32)
     return int(t), int(n)

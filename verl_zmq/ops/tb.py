@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from ..config.roles import PEER, ROLE_TRAITS, ROLES
+from ..log import write_failed
 from .runview import RunView
 
 SUMMED = ("_per_s", "/env_steps", "/fragments", "/inserts", "/served", "/transitions")
@@ -27,15 +28,17 @@ def available() -> bool:
 
 class TBWriter:
     """Appends a run's new log events to `tb/`. It shares its owner's `RunView`
-    (the owner polls it and hands over what was new); made before the job's roles
-    start, so what the logs already hold (a resumed run's past, charted by the
-    launcher that ran it) is read for the state only."""
+    (the owner polls it and hands over what was new; what the logs held before the
+    owner's first poll, a resumed run's past charted by the launcher that ran it,
+    counts for the state only)."""
 
     def __init__(self, run_dir: Path, job_text: str = "", view: RunView | None = None):
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-        self.view = view if view is not None else RunView(run_dir)
-        self.view.poll()
+        if view is None:
+            view = RunView(run_dir)
+            view.poll()
+        self.view = view
         self.writer = EventFileWriter(str(run_dir / "tb"))
         self.latest: dict[str, dict[str, dict]] = {r: {} for r in AGGREGATED}
         if job_text:
@@ -98,3 +101,44 @@ class TBWriter:
     def close(self, events: list[dict] | None = None) -> None:
         self.write(events or [])
         self.writer.close()
+
+
+# started: the writer is made no later than this after its owner
+STARTED = ("sampling_started", "first_update")
+MADE_AFTER_S = 10.0
+
+
+class Charts:
+    """The launcher's TensorBoard writer, made once the job runs: its import takes
+    0.3 s of a core, which the roles' start would wait for. Until then (a first env
+    step or update seen, `MADE_AFTER_S`, or the end) the events are kept, and
+    written when it is made. A full disk ends the charts, never the job."""
+
+    def __init__(self, run_dir: Path, job_text: str, view: RunView, log):
+        self.run_dir, self.job_text, self.view, self.log = run_dir, job_text, view, log
+        self.t0 = time.monotonic()
+        self.writer: TBWriter | None = None
+        self.pending: list[dict] | None = [] if available() else None
+
+    def write(self, new: list[dict], final: bool = False) -> None:
+        if self.pending is not None:
+            self.pending.extend(new)
+            started = any(e.get("event") in STARTED for e in self.pending)
+            if not (final or started or time.monotonic() - self.t0 >= MADE_AFTER_S):
+                return
+            new, self.pending = self.pending, None
+            try:
+                self.writer = TBWriter(self.run_dir, self.job_text, view=self.view)
+            except Exception as e:  # never fail a job over its charts
+                self.log.warning("tensorboard_unavailable", error=str(e))
+        if self.writer is None:
+            return
+        try:
+            if final:
+                self.writer.close(new)
+            else:
+                self.writer.write(new)
+        except OSError as e:  # a full disk: no more charts, the job goes on
+            write_failed(self.log, "tensorboard_failed", self.run_dir / "tb", e,
+                         "no more TensorBoard events")
+            self.writer = None

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..algos.exploration import ActionNoise, apex_priorities, epsilon, epsilon_greedy
+from ..algos.traits import numpy_acting
 from ..envs.make import EnvSpec
 from ..envs.spaces import features
 from .actor import Actor, State
@@ -248,13 +249,6 @@ class NumpyActor:
 def env_action_of(spec: EnvSpec, action: np.ndarray) -> np.ndarray:
     """A discrete-kind action as its space takes it (MultiBinary: int8)."""
     return action.astype(np.int8) if spec.kind == "multibinary" else action
-
-
-def numpy_acting(job: Any) -> bool:
-    """Whether the job's policy acts in numpy (`sampling.inference`): the built-in
-    MLPs under "auto", or "numpy"."""
-    how = job.sampling.inference
-    return how == "numpy" or (how == "auto" and bool(job.traits.numpy_actor))
 
 
 def make_actor(job: Any, spec: EnvSpec, worker: tuple[int, int], seeds: tuple[int, int],

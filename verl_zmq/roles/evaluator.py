@@ -16,6 +16,7 @@ import numpy as np
 import zmq
 
 from .. import wire
+from ..algos.traits import numpy_acting
 from ..config import dumps_job
 from ..config.roles import EVALUATOR, trains
 from ..envs.make import env_spec
@@ -23,7 +24,7 @@ from ..learning.gossip.core import fingerprint
 from ..log import write_failed
 from ..normalize import obs_norm
 from ..policy.evaluate import evaluate, video_available
-from ..policy.numpy_actor import make_actor, numpy_acting
+from ..policy.numpy_actor import make_actor
 from .base import Role, reconnect, recv
 
 CONFIRM_SEEDS = 500_009  # a best-model candidate's second evaluation: episode seeds apart

@@ -23,8 +23,8 @@ import math
 
 import gymnasium as gym
 import numpy as np
-import structlog
 
+from ..log import get_logger
 from .tasks import (
     EOS,
     FIRST_ACTION_TOKEN,
@@ -114,7 +114,7 @@ class Sequences:
             self.reward_errors += 1
             self.last_error = f"{type(e).__name__}: {e}"
             if self.reward_errors <= 3 or self.reward_errors % 100 == 0:
-                structlog.get_logger().warning(
+                get_logger().warning(
                     "reward_fn_failed", error=self.last_error, errors=self.reward_errors,
                     scored_as=self.on_error, prompt=meta["prompt_text"])
             return None

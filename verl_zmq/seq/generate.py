@@ -19,10 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import structlog
 import torch
 
 from ..batch import PROMPT
+from ..log import get_logger
 from ..sampling.collector import swap_params
 from .hf import generate, pad_left
 from .prompts import PromptDeck, encode_prompts
@@ -85,7 +85,7 @@ class Scorer:
                 self.worker = _Worker()  # the hung one keeps its thread; we go on
             self.reward_errors += 1
             if self.reward_errors <= 3 or self.reward_errors % 100 == 0:
-                structlog.get_logger().warning(
+                get_logger().warning(
                     "reward_fn_failed", error=f"{type(e).__name__}: {e}",
                     errors=self.reward_errors, scored_as=self.on_error, data_source=source)
             return None

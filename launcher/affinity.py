@@ -2,7 +2,8 @@
 never take a learner's cores: each learner or peer whose `resources.<role>.cpu`
 is set gets that many cores of its own, counted from its host's last core, and
 every other role on that host runs on the cores left. Hosts where no learner
-asks for cores are left to the OS scheduler.
+asks for cores (or where learners only drain: `training.learn = false`) are left
+to the OS scheduler.
 
 The launcher need not know a remote host's cores: it hands each role a spec in
 `VERL_CPUS`, "<reserved on this host>:<own core indexes, negative from the
@@ -26,7 +27,10 @@ def cpu_specs(job: Job, plan: Plan) -> dict[str, str]:
         own: dict[str, list[int]] = {}
         reserved = 0
         for p in here:
-            want = getattr(job.resources, p.role).cpu if trains(p.role) else 0
+            # a learner that drains without updating (`training.learn = false`)
+            # computes nothing: its cores would sit idle beside busy samplers
+            learns = trains(p.role) and job.training.learn
+            want = getattr(job.resources, p.role).cpu if learns else 0
             if want > 0:
                 own[p.member_id] = list(range(-reserved - 1, -reserved - want - 1, -1))
                 reserved += want

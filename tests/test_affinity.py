@@ -23,6 +23,8 @@ def test_learners_reserve_cores_and_the_others_keep_off_them():
     assert {specs[m] for m in specs if not m.startswith("learner")} == {"2:"}
     none = load_job(CONFIGS / "cartpole_ppo.toml", ["resources.learner.cpu=0"])
     assert cpu_specs(none, make_plan(none, load_hosts("local"))) == {}
+    drains = load_job(CONFIGS / "cartpole_ppo.toml", ["training.learn=false"])  # no updates
+    assert cpu_specs(drains, make_plan(drains, load_hosts("local"))) == {}
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")

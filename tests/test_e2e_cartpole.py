@@ -91,21 +91,28 @@ def test_verl_run_in_one_process(tmp_path):
 def test_best_model_is_kept_on_a_confirmed_evaluation(cartpole_run):
     """A new best is evaluated again on other episode seeds (3 x n_eval_episodes of
     them); best.pt holds that second evaluation's mean, and only candidates whose
-    second evaluation beats the previous best replaced it."""
+    second evaluation beats the previous best replaced it. The evaluation that
+    reaches `stop_at_return` ends the job at once: a new best there is kept on its
+    own mean (the job stops on those params)."""
     import torch
 
     run = cartpole_run["run"]
     events = read_events(run / "logs" / "evaluator-0.jsonl")
     checked = [e for e in events if e.get("event") == "best_checked"]
     assert checked, "no best-model candidate was checked"
-    first = next(e["episodes"] for e in events if e.get("event") == "evaluated")
+    evaluated = [e for e in events if e.get("event") == "evaluated"]
     for e in checked:
-        assert e["episodes"] == 3 * first
+        assert e["episodes"] == 3 * evaluated[0]["episodes"]
         assert e["kept"] == (e["second"] > e["previous_best"])
+    stop = next(e for e in events if e.get("event") == "target_reached")
+    last = next(e for e in evaluated if e["env_steps"] == stop["env_steps"])
+    assert last["env_steps"] not in {e["env_steps"] for e in checked}  # no second evaluation
     kept = [e for e in checked if e["kept"]]
+    expected = ((last["eval/return_mean"], last["env_steps"]) if last["best"]
+                else (kept[-1]["second"], kept[-1]["env_steps"]))
     best = torch.load(run / "checkpoints" / "best.pt", weights_only=True)
-    assert float(best["eval_return_mean"]) == pytest.approx(kept[-1]["second"])
-    assert int(best["env_steps"]) == kept[-1]["env_steps"]
+    assert float(best["eval_return_mean"]) == pytest.approx(expected[0])
+    assert int(best["env_steps"]) == expected[1]
 
 
 @pytest.mark.timeout(900)

@@ -257,10 +257,16 @@ class EvaluatorRole(Role):
         newest when None); True when every trainer has reached the target."""
         self.credited[msg.src] = msg.version
         self.next_at[msg.src] = (msg.env_steps // E.interval_steps + 1) * E.interval_steps
-        await self._report(msg, rets, fp, msg.version if held is None else held)
-        if E.stop_at_return is None or rets.mean() < E.stop_at_return:
+        reached = E.stop_at_return is not None and rets.mean() >= E.stop_at_return
+        if reached:
+            self.reached.add(msg.src)
+        # the evaluation that ends the job keeps its params as best without a second
+        # one: the job stops on them (they are the final policy), and the second
+        # evaluation would hold the stop for seconds
+        await self._report(msg, rets, fp, msg.version if held is None else held,
+                           confirm=not (reached and self._all_reached()))
+        if not reached:
             return False
-        self.reached.add(msg.src)
         self.log.info("target_reached", **{"eval/return_mean": float(rets.mean())},
                       target=E.stop_at_return, env_steps=msg.env_steps, member=msg.src,
                       reached=len(self.reached), trainers=len(self.trainers))
@@ -269,7 +275,8 @@ class EvaluatorRole(Role):
             return True
         return False
 
-    async def _report(self, msg: wire.Params, rets: np.ndarray, fp: str, held: int) -> None:
+    async def _report(self, msg: wire.Params, rets: np.ndarray, fp: str, held: int,
+                      confirm: bool = True) -> None:
         self.evaluations += 1
         mean, std = float(rets.mean()), float(rets.std())
         self.last = {"eval/return_mean": mean, "eval/return_std": std,
@@ -281,7 +288,7 @@ class EvaluatorRole(Role):
                       params_version=held,
                       episodes=len(rets), final=msg.final, best=best, member=msg.src,
                       params=fp[:16], **self.last)
-        if best:
+        if best and confirm:
             mean = await self._confirmed(msg, mean, fp)
         if best and mean > self.best:
             self.best = mean

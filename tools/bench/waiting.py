@@ -17,7 +17,8 @@ of samplers:
   which is the bottleneck (the learner's share of time in updates, the samplers'
   waits);
 - SB3 SubprocVecEnv: the same number of envs (4 per sampler), one process each,
-  random actions, no training; and SB3 `PPO.learn` on it (`--sb3-learn`).
+  random actions, no training; and SB3 `PPO.learn` on it (`--sb3-learn`) with
+  ours' minibatch (256) and epochs (20).
 
     python tools/bench/waiting.py --latency-ms 5 --samplers 1 2 4 8 16 32 [--sb3-learn]
 """
@@ -97,8 +98,11 @@ def sb3(n_envs: int, latency: float, seconds: float, learn: bool) -> float | Non
             import torch
 
             torch.set_num_threads(1)
+            # ours' PPO settings (configs/cartpole_ppo.toml): minibatches of 256 and 20
+            # epochs, so both sides take as many gradient steps per env step (SB3's
+            # default 10 epochs would do half the learner's work of ours)
             model = PPO("MlpPolicy", venv, n_steps=max(8, 2048 // n_envs), batch_size=256,
-                        verbose=0, device="cpu")
+                        n_epochs=20, learning_rate=1e-3, verbose=0, device="cpu")
             model.learn(total_timesteps=n_envs * 16)  # warm-up
             before = model.num_timesteps
             # about `seconds` at the envs' own pace (4 envs a 5 ms step: 800 steps/s)

@@ -103,9 +103,8 @@ class TBWriter:
         self.writer.close()
 
 
-# started: the writer is made no later than this after its owner
-STARTED = ("sampling_started", "first_update")
-MADE_AFTER_S = 10.0
+STARTED = ("sampling_started", "first_update")  # the job runs: the writer is made
+MADE_AFTER_S = 10.0  # and at the latest this long after its owner was
 
 
 class Charts:
@@ -122,8 +121,8 @@ class Charts:
 
     def write(self, new: list[dict], final: bool = False) -> None:
         if self.pending is not None:
-            self.pending.extend(new)
-            started = any(e.get("event") in STARTED for e in self.pending)
+            self.pending.extend(new)  # none held a start before: it would have been made
+            started = any(e.get("event") in STARTED for e in new)
             if not (final or started or time.monotonic() - self.t0 >= MADE_AFTER_S):
                 return
             new, self.pending = self.pending, None

@@ -260,17 +260,18 @@ class EvaluatorRole(Role):
         reached = E.stop_at_return is not None and rets.mean() >= E.stop_at_return
         if reached:
             self.reached.add(msg.src)
+        ends = reached and self._all_reached()
         # the evaluation that ends the job keeps its params as best without a second
         # one: the job stops on them (they are the final policy), and the second
         # evaluation would hold the stop for seconds
         await self._report(msg, rets, fp, msg.version if held is None else held,
-                           confirm=not (reached and self._all_reached()))
+                           confirm=not ends)
         if not reached:
             return False
         self.log.info("target_reached", **{"eval/return_mean": float(rets.mean())},
                       target=E.stop_at_return, env_steps=msg.env_steps, member=msg.src,
                       reached=len(self.reached), trainers=len(self.trainers))
-        if self._all_reached():
+        if ends:
             await self.job_shutdown("target_reached")
             return True
         return False

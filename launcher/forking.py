@@ -247,11 +247,14 @@ def forkable(argv: list[str]) -> bool:
 
 def from_zygote(job: Job, role: str) -> bool:
     """Whether `role` is forked from the torch zygote: it imports torch at its
-    start (a trainer, or a sampler or the evaluator of a job whose policy does
-    not act in numpy: a Hugging Face model, `sampling.inference = "torch"`). A
-    `resources.<role>.memory` limit is set in the fork, which holds torch already:
-    a fork over its limit fails at once and says so (`runner.limit_memory`)."""
-    return role_traits(role).trains or (role in (SAMPLER, EVALUATOR) and not numpy_acting(job))
+    start (a trainer, or a sampler of a job whose policy does not act in numpy: a
+    Hugging Face model, `sampling.inference = "torch"`), or it will need torch
+    while the job runs: the evaluator, whose first best.pt is written by
+    `torch.save` (imported there, seconds of a core, and no evaluation meanwhile).
+    A `resources.<role>.memory` limit is set in the fork, which holds torch
+    already: a fork over its limit fails at once and says so (`runner.limit_memory`)."""
+    return role_traits(role).trains or role == EVALUATOR \
+        or (role == SAMPLER and not numpy_acting(job))
 
 
 # what building a Hugging Face model and tokenizer and generating imports: seconds of

@@ -59,7 +59,8 @@ class EvaluatorRole(Role):
     async def setup(self) -> None:
         self.spec = env_spec(self.job.environment)
         # acting in numpy where samplers do: no torch import (seconds of a core) at
-        # the job's start beside the learner's; torch comes when best.pt is written
+        # the job's start beside the learner's; torch is only needed to write best.pt
+        # (the launcher forks the evaluator from its torch zygote, torch imported)
         seed = self.job.experiment.seed
         self.algo = make_actor(self.job, self.spec, (0, 1), (seed, seed),
                                threads=self.job.resources.evaluator.cpu or 1)
@@ -83,6 +84,8 @@ class EvaluatorRole(Role):
         self.held: dict[str, tuple[str, wire.Params]] = {}  # trainer -> (fingerprint, params)
         self.credited: dict[str, int] = {}  # trainer -> the version last charted
         self.history: dict[str, dict[str, int]] = {}  # DAPO peer -> recent prints: version
+        self.best_next: tuple | None = None  # best.pt's contents, not written yet
+        self.best_writer: asyncio.Task[None] | None = None
         self.video_dir = ""
         if self.job.environment.record_video:
             if video_available():
@@ -297,12 +300,29 @@ class EvaluatorRole(Role):
             policy = {k: v for k, v in msg.arrays.items() if not k.startswith("obs_rms/")}
             rms = self.rms.to_arrays() if self.rms is not None else None
             meta = dict(env_steps=msg.env_steps, version=msg.version, eval_return_mean=mean)
-            path = Path(self.ctx.run_dir) / "checkpoints" / "best.pt"
-            try:  # in a thread: the first write imports torch (seconds), the loop goes on
-                await asyncio.to_thread(_write_best, path, dumps_job(self.job),
-                                        self.job.algorithm.name, policy, rms, meta)
+            self._keep_best((dumps_job(self.job), self.job.algorithm.name, policy, rms, meta))
+
+    def _keep_best(self, what: tuple) -> None:
+        """Write best.pt behind the evaluations: the newest best waiting is written
+        next, the others are passed over. A write may take seconds (the first
+        imports torch where the evaluator was not forked with it), and the
+        evaluations due meanwhile must not wait for it."""
+        self.best_next = what
+        if self.best_writer is None or self.best_writer.done():
+            self.best_writer = asyncio.create_task(self._write_bests())
+
+    async def _write_bests(self) -> None:
+        path = Path(self.ctx.run_dir) / "checkpoints" / "best.pt"
+        while self.best_next is not None:
+            what, self.best_next = self.best_next, None
+            try:
+                await asyncio.to_thread(_write_best, path, *what)
             except OSError as e:
                 write_failed(self.log, "best_model_failed", path, e, "keeping the last best.pt")
+
+    async def teardown(self) -> None:
+        if self.best_writer is not None:  # the job's best is on disk before we exit
+            await self.best_writer
 
     def metrics(self) -> dict[str, float]:
         out = {"evaluator/evaluations": self.evaluations}

@@ -186,3 +186,17 @@ def test_noise_settings_out_of_range_are_refused():
 
     with pytest.raises(ConfigError, match="noise_beta"):
         load_job(CONFIGS / "mountaincar_sac.toml", ["algorithm.params.noise_beta=5.0"])
+
+
+@pytest.mark.parametrize("name", ["ppo-discrete", "sac"])
+def test_published_arrays_are_a_snapshot_not_views_of_the_live_tensors(name):
+    """What a learner publishes may wait in a socket's queue (and a late subscriber
+    gets the last message again) while the next update changes the weights in
+    place: the arrays must hold the version they are published under."""
+    _, _, algo, _, _ = _pair(name)
+    arrays = algo.policy_arrays()
+    before = {k: v.copy() for k, v in arrays.items()}
+    with torch.no_grad():
+        for p in algo.policy_module().parameters():
+            p.add_(1.0)
+    assert all(np.array_equal(arrays[k], before[k]) for k in arrays)

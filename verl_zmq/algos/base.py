@@ -231,7 +231,10 @@ class Algorithm(ABC):
         """The module whose parameters samplers and the evaluator need."""
 
     def policy_arrays(self) -> dict[str, np.ndarray]:
-        return {k: v.detach().cpu().numpy() for k, v in self.policy_module().state_dict().items()}
+        """The policy's arrays, copied: a view of the live tensors would change under
+        the next update while a message holding it waits to be sent."""
+        return {k: v.detach().to("cpu", copy=True).numpy()
+                for k, v in self.policy_module().state_dict().items()}
 
     def load_policy_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Load published params; raises ValueError when names or shapes do not fit."""

@@ -4,7 +4,8 @@ The feed brings batches from the group's replay shards (fragments under
 credits from FIFO shards, or sampled batches from uniform and prioritised
 ones); the trainer updates in a worker thread, so receiving and heartbeats go
 on meanwhile. Params are published on PUB every `sync_interval_updates`
-updates, and re-published now and then for members that joined late. When
+updates (copies of the weights, taken between updates), and that last message is
+sent again now and then and when a member subscribes late. When
 training ends, a last checkpoint is written and final params are published
 until the evaluator (or, without one, the learner itself) ends the job.
 """
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 import zmq
 
+from .. import wire
 from ..algos.optim import Adam
 from ..comm.messaging import recv_frames
 from ..config.roles import EVALUATOR, LEARNER, REPLAY
@@ -81,6 +83,7 @@ class LearnerRole(Role):
                                                        self.wire_stats, self.id))
         self.shards_changed = asyncio.Event()
         self.published_at = 0.0
+        self.last_params: wire.Params | None = None  # resent to late subscribers
         self.finished = False
         self.rates = Rates(steps=self.trainer.state.env_steps, updates=self.algo.updates)
 
@@ -186,10 +189,19 @@ class LearnerRole(Role):
     # -- params -------------------------------------------------------------------
 
     async def publish(self, final: bool = False) -> None:
+        """Publish the params held now: called between updates, never during one."""
         if self.pub is None:  # a data-parallel rank other than 0: rank 0 publishes
             return
-        await send(self.pub, self.trainer.params(final), self.id)
-        self.published_at = time.monotonic()
+        self.last_params = self.trainer.params(final)
+        await self._send_last()
+
+    async def _send_last(self) -> None:
+        """Send the params last published again. Not the live ones: the subscriber
+        and republish loops run while an update changes them, and those would go
+        out as a mix of two versions under the older one's number."""
+        if self.pub is not None and self.last_params is not None:
+            await send(self.pub, self.last_params, self.id)
+            self.published_at = time.monotonic()
 
     async def _subscribers_loop(self) -> None:
         """Publish again when a subscriber joins (once per burst of joins)."""
@@ -197,14 +209,14 @@ class LearnerRole(Role):
             joined = (await recv_frames(self.pub))[0].bytes[:1] == b"\x01"  # \x00: one left
             while await self.pub.poll(50):
                 joined |= (await recv_frames(self.pub))[0].bytes[:1] == b"\x01"
-            if joined and self.published_at:
-                await self.publish()
+            if joined:
+                await self._send_last()
 
     async def _republish_loop(self) -> None:
         while not self.finished:
             await asyncio.sleep(REPUBLISH_S)
             if time.monotonic() - self.published_at >= REPUBLISH_S:
-                await self.publish()
+                await self._send_last()
 
     # -- training -----------------------------------------------------------------
 

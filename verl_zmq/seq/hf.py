@@ -210,7 +210,10 @@ def named_arrays(model: Any, adapters_only: bool) -> dict[str, Any]:
     sd = model.state_dict()
     if adapters_only:
         sd = {k: v for k, v in sd.items() if "lora_" in k}
-    return {k: v.detach().cpu().float().numpy() for k, v in sd.items()}
+    # copies (also of float32 weights on the CPU, which `.float().cpu()` would
+    # return as they are): a message holding them may wait to be sent while the
+    # next update changes the model
+    return {k: v.detach().to("cpu", torch.float32, copy=True).numpy() for k, v in sd.items()}
 
 
 def load_named_arrays(model: Any, arrays: Mapping[str, Any], adapters_only: bool) -> None:

@@ -82,6 +82,10 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}
         self.critic = CriticWatch(rewards_scaled=job.environment.normalize_reward)
         self.learn_s = 0.0
+        # the policy's arrays as they were before the update running now (None: not
+        # taken since the weights last changed); see `arrays`
+        self.held: dict[str, np.ndarray] | None = None
+        self.updating = False
         self.updates_here = 0  # updates by this process (a restart counts afresh)
         self.next_ckpt = job.checkpoint.interval_steps
         self.next_snapshot = 0.0  # monotonic time of the next latest.pt-only write
@@ -111,8 +115,14 @@ class Trainer:
         E = self.job.environment
         if E.normalize_reward and self.algo.on_policy:
             batch = scale_rewards(batch, self.ret_rms, self.algo.params.gamma, E.clip_reward)
+        if self.held is None:
+            self.held = self.algo.policy_arrays()
         t0 = time.monotonic()
-        learned = await asyncio.to_thread(self.algo.learn, batch, at)
+        self.updating = True
+        try:
+            learned = await asyncio.to_thread(self.algo.learn, batch, at)
+        finally:
+            self.updating, self.held = False, None
         dt = time.monotonic() - t0
         self.learn_s += dt
         self.state.version += 1
@@ -128,8 +138,14 @@ class Trainer:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """What travels: the policy's arrays and, when normalising, the statistics
-        they were trained with."""
-        out = self.algo.policy_arrays()
+        they were trained with. While an update runs (in its thread) the policy's
+        are those held before it: the event loop asks meanwhile (a gossip peer
+        answering a pull), and the live weights would be a mix of two versions
+        under the older one's number."""
+        if not self.updating:
+            self.held = self.algo.policy_arrays()
+        assert self.held is not None  # taken before the update started
+        out = dict(self.held)
         if self.job.environment.normalize_obs:
             out.update(self.rms.to_arrays())
         return out
@@ -137,8 +153,14 @@ class Trainer:
     def _load_policy(self, arrays: dict[str, np.ndarray]) -> None:
         """What `arrays` carries: the policy and, when normalising, its statistics."""
         self.algo.load_policy_arrays(arrays)
+        self.weights_changed()
         if self.job.environment.normalize_obs:
             self.rms.load_arrays(arrays)
+
+    def weights_changed(self) -> None:
+        """The weights changed outside an update (loaded, or a group's broadcast):
+        what `arrays` held is gone."""
+        self.held = None
 
     def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Take params from elsewhere (a gossip mix): a new version."""

@@ -137,6 +137,7 @@ class LearnerRole(Role):
         s.env_steps, s.version, updates = await asyncio.to_thread(
             g.broadcast_state, modules, opts, [s.env_steps, s.version, self.algo.updates])
         self.algo.take_updates(updates)
+        self.trainer.weights_changed()  # rank 0's, broadcast
         g.group_steps = s.env_steps
         self.formed = {m.id: m.incarnation for m in ranks.values()}
         self.log.info("learner_group_formed", rank=g.rank, world=g.world, backend=g.backend,

@@ -144,6 +144,7 @@ class RoleProcess:
     streak: int = 0  # restarts since it last stayed up for launch.restart_window_s
     started_at: float = 0.0  # monotonic
     exit_code: int | None = None
+    err_from: int = 0  # err_path's size when this incarnation started
     spares_lost: int = 0  # spares that exited before they were used
     forks: ForkServer | None = None  # local roles: forked from it while it lives
     relay: bool = False  # remote: the launcher writes its output into the log files
@@ -200,6 +201,10 @@ class RoleProcess:
         self.spare = None
         self.exit_code = None
         self.started_at = time.monotonic()
+        try:
+            self.err_from = self.err_path.stat().st_size
+        except OSError:
+            self.err_from = 0
         self.proc.stdin.write(self.bundle)
         await self.proc.stdin.drain()
         return warm
@@ -223,6 +228,17 @@ class RoleProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(spare.pid, signal.SIGKILL)
         return spare
+
+    def err_tail(self, n: int) -> str:
+        """The last `n` lines this incarnation wrote to stderr (not an earlier one's:
+        a moved step's file still holds the node failure that moved it)."""
+        try:
+            with open(self.err_path, "rb") as f:
+                f.seek(self.err_from)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-n:])
 
     @property
     def running(self) -> bool:

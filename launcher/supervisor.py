@@ -127,7 +127,7 @@ class Supervisor:
                 return
             p = rp.placement
             host = self.plan.host_of(p)
-            if host.via == "srun" and NODE_FAILURE in _last_lines(rp.err_path, 5):
+            if host.via == "srun" and NODE_FAILURE in rp.err_tail(5):
                 # srun ends a step whose node died with exit code 0: it did not finish
                 if await move_off(self, rp, host):
                     continue
@@ -137,7 +137,7 @@ class Supervisor:
                 if role_traits(p.role).ends_job:
                     self.wake.set()  # the job is finishing
                 return
-            tail = _last_lines(rp.err_path, 5)
+            tail = rp.err_tail(5)
             self.log.warning("role_died", member=p.member_id, member_role=p.role, exit_code=rc,
                              restarts=rp.restarts, last_error=tail)
             if rc == SSH_LOST and host.by_ssh:  # the host went, not the role

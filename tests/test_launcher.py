@@ -171,6 +171,32 @@ def test_restart_policy_backs_off_gives_up_and_forgives_a_long_run(tmp_path):
     assert max(restart_delay(big, fresh, 1, 0.0) for _ in range(20)) == 60.0
 
 
+def test_a_restarted_role_reads_only_its_own_stderr(tmp_path):
+    """A step moved off a failed node keeps its stderr file, which ends with srun's
+    "Node failure on": the incarnation on the new node, ending, must not be taken
+    for another node failure (nor be blamed on the old one's last words)."""
+    import asyncio
+
+    from launcher.lost import NODE_FAILURE
+    from launcher.plan import Placement
+    from launcher.remote import RoleProcess
+
+    err = tmp_path / "s.err"
+    err.write_text(f"{NODE_FAILURE} n2\nsrun: forcing job termination\n")
+    rp = RoleProcess(Placement("sampler-1", "sampler", "main", 0),
+                     ["sh", "-c", "cat >/dev/null; echo ended well >&2"], b"",
+                     tmp_path / "s.jsonl", err)
+
+    async def once() -> str:
+        await rp.start()
+        rp.proc.stdin.close()
+        await rp.proc.wait()
+        return rp.err_tail(5)
+
+    assert asyncio.run(once()) == "ended well"
+    assert NODE_FAILURE in err.read_text()  # the file keeps what came before
+
+
 @pytest.mark.e2e
 def test_a_warm_spare_let_go_unused_exits_quietly():
     """A spare whose stdin closes before a job arrives (the job ended, the launcher

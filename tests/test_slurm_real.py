@@ -4,10 +4,12 @@ allocation, its roles run as job steps on all three nodes and CartPole reaches
 its target; a role's step killed with `scancel --signal=KILL JOB.STEP` comes
 back as a new step; `scancel JOB` ends every step and leaves no process on any
 node; a node lost mid-run (`sbatch --no-kill`) has its roles started again on
-the others, and the job reaches its target."""
+the others, and the job reaches its target (its evaluator held still meanwhile,
+so that the target cannot come first)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -154,15 +156,34 @@ def test_a_launcher_killed_in_an_allocation_leaves_no_process(cluster, tmp_path)
 @pytest.mark.timeout(600)
 def test_a_lost_node_has_its_roles_replaced_and_the_job_reaches_its_target(cluster, tmp_path):
     run = tmp_path / "run"
-    job = _submit(cluster, tmp_path, run, ("evaluation.stop_at_return=475",), 3, CPUS,
+    job = _submit(cluster, tmp_path, run, ("evaluation.stop_at_return=475",
+                                           "training.total_timesteps=100000000"), 3, CPUS,
                   "--no-kill")
+    evaluator = None
     try:
+        # The evaluator ends the job at the target: held still from its first line (it
+        # has not evaluated) until every role of the lost node has moved, so that the
+        # job cannot end first however fast it learns.
+        log = run / "logs" / "evaluator-0.jsonl"
+        wait_for(lambda: log.exists() and read_events(log), 240, every=0.05,
+                 what="the evaluator's first line")
+        evaluator = read_events(log)[0]["pid"]
+        os.kill(evaluator, signal.SIGSTOP)
         wait_for(lambda: len(_steps(cluster, job)) >= 9, 240, every=1.0, what="every step")
         on_n2 = sorted(name for name, (_, node) in _steps(cluster, job).items() if node == "n2")
-        assert on_n2, cluster.steps(job)
+        assert on_n2 and "verl-evaluator-0" not in on_n2, cluster.steps(job)
         cluster.lose(2)
+        launched = run / "logs" / "launcher.jsonl"
+        wait_for(lambda: {e["member"] for e in read_events(launched)
+                          if e.get("event") == "role_moved"} >= {n.removeprefix("verl-")
+                                                                 for n in on_n2},
+                 240, every=1.0, what="every role of n2 moved")
+        os.kill(evaluator, signal.SIGCONT)
         wait_for(lambda: _finished(cluster, job), 480, every=1.0, what="the batch job's end")
     finally:
+        if evaluator is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(evaluator, signal.SIGCONT)
         cluster.run(["scancel", str(job)], timeout=30)  # the last test: n2 stays lost
     out = (tmp_path / "out.txt").read_text()
     summary = json.loads((run / "summary.json").read_text())
@@ -171,5 +192,8 @@ def test_a_lost_node_has_its_roles_replaced_and_the_job_reaches_its_target(clust
     lost = {e["member"] for e in launcher if e.get("event") == "host_lost"}
     moved = {e["member"]: e["node"] for e in launcher if e.get("event") == "role_moved"}
     assert lost == {n.removeprefix("verl-") for n in on_n2}, (lost, on_n2, out[-3000:])
+    # once each: a moved role ending with the job is not another node failure
+    assert sum(e.get("event") == "host_lost" for e in launcher) == len(lost), out[-3000:]
+    assert summary["status"] == "done" and cluster.job_state(job) == "COMPLETED", out[-3000:]
     assert set(moved) == lost and set(moved.values()) <= {"n0", "n1"}, moved
     assert "restarted on n" in out  # said on the terminal

@@ -11,7 +11,8 @@ window of the episodes in the fragments it receives and ends training after the
 update at which it is met (its `episode_target_reached` event). Whole process:
 from the start of the command to its exit, teardown included.
 
-Settings, chosen to be the same on both sides (ours: the job file as shipped):
+Settings, chosen to be the same on both sides (ours: the job file as shipped,
+its learning rate set to Sample Factory's):
 the same number of env processes and envs (4 workers of 2 CartPole envs),
 fragments / rollouts of 32 steps, one update every 256 env steps (one 256-sample
 minibatch, 20 epochs), lr 1e-3 constant (Sample Factory has no linear schedule:
@@ -48,7 +49,8 @@ PINS = ["torch==2.13.0", "sample-factory==2.1.1"]
 TASKS = {
     "ppo-cartpole": dict(
         env="CartPole-v1", job="configs/cartpole_ppo.toml", target=475.0, budget=300_000,
-        ours=['algorithm.params.lr_schedule="constant"'],
+        ours=["algorithm.params.learning_rate=0.001",
+              'algorithm.params.lr_schedule="constant"'],
         sf=dict(num_workers=4, num_envs_per_worker=2, rollout=32, batch_size=256,
                 num_batches_per_epoch=1, num_epochs=20, learning_rate=1e-3, gamma=0.99,
                 gae_lambda=0.95, exploration_loss_coeff=0.01, value_loss_coeff=0.5,

@@ -232,13 +232,7 @@ class RoleProcess:
     def err_tail(self, n: int) -> str:
         """The last `n` lines this incarnation wrote to stderr (not an earlier one's:
         a moved step's file still holds the node failure that moved it)."""
-        try:
-            with open(self.err_path, "rb") as f:
-                f.seek(self.err_from)
-                text = f.read().decode(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.strip().splitlines()[-n:])
+        return last_lines(self.err_path, n, self.err_from)
 
     @property
     def running(self) -> bool:
@@ -254,6 +248,17 @@ class RoleProcess:
                 self.proc.send_signal(sig)
         except ProcessLookupError:
             pass
+
+
+def last_lines(path: Path, n: int, start: int = 0) -> str:
+    """The last `n` lines of a log file from byte `start` on ("" when unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-n:])
 
 
 def make_bundle(job_text: str, keys: dict | None) -> bytes:

@@ -23,7 +23,7 @@ from .forking import ForkedProcess, ForkServer, from_zygote, own_cpus, zygote_mo
 from .lost import NODE_FAILURE, SSH_LOST, host_lost, move_off
 from .plan import Placement, Plan
 from .relay import relay_events
-from .remote import RoleProcess, full_argv, make_bundle
+from .remote import RoleProcess, full_argv, last_lines, make_bundle
 from .report import CHECKPOINT_EVENTS, Progress, Terminal, trainer_ids
 
 # 0 done; 1 a role failed for good; 2 bad input; 3 done, but checkpoints it was
@@ -183,7 +183,7 @@ class Supervisor:
                                       pid=rp.spare.pid)
                     if rp.spares_lost >= SPARES_LOST_MAX:
                         self.log.warning("spares_given_up", member=rp.placement.member_id,
-                                         lost=rp.spares_lost, last_error=_last_lines(
+                                         lost=rp.spares_lost, last_error=last_lines(
                                              rp.err_path, 3))
 
     def _spare_due(self, rp: RoleProcess) -> bool:
@@ -303,7 +303,7 @@ class Supervisor:
         forks = await ForkServer.start(err, torch=torch, cpus=cpus,
                                        modules=zygote_modules(self.job) if torch else ())
         if forks is None:
-            self.log.warning("fork_server_unavailable", error=_last_lines(err, 3), torch=torch,
+            self.log.warning("fork_server_unavailable", error=last_lines(err, 3), torch=torch,
                              fallback="they import torch after their fork" if torch
                              else "each role its own interpreter")
             return None
@@ -368,16 +368,8 @@ class Supervisor:
                          if rp.restarts},
             "fragments_dropped": v.dropped,
             "lost_hosts": {h: sorted(m) for h, m in self.lost.items()},
-            "failed_roles": {m: _last_lines(self.logs / f"{m}.err", 5) for m in self.failed},
+            "failed_roles": {m: last_lines(self.logs / f"{m}.err", 5) for m in self.failed},
             "best_checkpoint": str(best) if best.exists() else None,
             "checkpoints_missing": missing,
             "warnings": warnings,
         }
-
-
-def _last_lines(path: Path, n: int) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return "\n".join(lines[-n:])

@@ -21,6 +21,7 @@ from verl_zmq.learning.trainer import Trainer
 def test_arrays_asked_for_during_an_update_are_those_before_it(tmp_path):
     job = load_job(CONFIGS / "cartpole_ppo.toml", [])
     t = Trainer(job, env_spec(job.environment), tmp_path, structlog.get_logger())
+    t.read_during_updates = True  # as a gossip peer's node sets it
     before = t.arrays()
     changed, release = threading.Event(), threading.Event()
 
@@ -46,3 +47,17 @@ def test_arrays_asked_for_during_an_update_are_those_before_it(tmp_path):
 
     asyncio.run(main())
     assert t.state.version == 1
+
+
+def test_a_learner_takes_no_copy_before_its_updates(tmp_path):
+    """Nothing reads a learner's arrays during its updates (it publishes between them):
+    no copy of the policy is added to each update."""
+    job = load_job(CONFIGS / "cartpole_ppo.toml", [])
+    t = Trainer(job, env_spec(job.environment), tmp_path, structlog.get_logger())
+    copies = []
+    policy_arrays = t.algo.policy_arrays
+    t.algo.policy_arrays = lambda: copies.append(1) or policy_arrays()
+    t.algo.learn = lambda batch, at: Learned({})
+    for _ in range(3):
+        asyncio.run(t.update({}))
+    assert copies == [] and t.state.version == 3

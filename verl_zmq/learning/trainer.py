@@ -86,6 +86,10 @@ class Trainer:
         # taken since the weights last changed); see `arrays`
         self.held: dict[str, np.ndarray] | None = None
         self.updating = False
+        # something asks for `arrays` from the event loop while an update runs (a gossip
+        # peer answering pulls): only then is a copy taken before each update; a learner
+        # publishes between updates, and resends what it published
+        self.read_during_updates = False
         self.updates_here = 0  # updates by this process (a restart counts afresh)
         self.next_ckpt = job.checkpoint.interval_steps
         self.next_snapshot = 0.0  # monotonic time of the next latest.pt-only write
@@ -115,7 +119,7 @@ class Trainer:
         E = self.job.environment
         if E.normalize_reward and self.algo.on_policy:
             batch = scale_rewards(batch, self.ret_rms, self.algo.params.gamma, E.clip_reward)
-        if self.held is None:
+        if self.held is None and self.read_during_updates:
             self.held = self.algo.policy_arrays()
         t0 = time.monotonic()
         self.updating = True
@@ -144,7 +148,7 @@ class Trainer:
         under the older one's number."""
         if not self.updating:
             self.held = self.algo.policy_arrays()
-        assert self.held is not None  # taken before the update started
+        assert self.held is not None, "arrays asked for during an update: set read_during_updates"
         out = dict(self.held)
         if self.job.environment.normalize_obs:
             out.update(self.rms.to_arrays())

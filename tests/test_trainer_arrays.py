@@ -21,7 +21,7 @@ from verl_zmq.learning.trainer import Trainer
 def test_arrays_asked_for_during_an_update_are_those_before_it(tmp_path):
     job = load_job(CONFIGS / "cartpole_ppo.toml", [])
     t = Trainer(job, env_spec(job.environment), tmp_path, structlog.get_logger())
-    t.read_during_updates = True  # as a gossip peer's node sets it
+    t.read_during_updates = True  # as a gossip peer sets it
     before = t.arrays()
     changed, release = threading.Event(), threading.Event()
 

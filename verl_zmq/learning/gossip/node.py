@@ -52,7 +52,6 @@ class GossipNode:
                  publish: Callable[[], Awaitable[None]]):
         G = job.gossip
         self.job, self.id, self.trainer = job, member_id, trainer
-        trainer.read_during_updates = True  # pulls and hellos are answered meanwhile
         self.transport, self.log, self.wire_stats = transport, log, stats
         self.spawn, self.publish = spawn, publish
         self.gossip_sock, self.endpoint = transport.bind(zmq.ROUTER, "gossip", hwm=100)

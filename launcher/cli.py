@@ -88,10 +88,12 @@ def kubernetes(job_path: str, overrides, out_dir: str | None, apply_k8s: bool) -
               help="k8s: write the manifests into this folder.")
 @click.option("--apply", "apply_k8s", is_flag=True,
               help="k8s: hand the manifests to `kubectl apply`.")
+@click.option("--no-env-check", "no_env_check", is_flag=True,
+              help="Do not reset and step the env before starting (it is still built).")
 @click.option("-v", "--verbose", is_flag=True, help="Show the launcher's own events.")
 @click.version_option(__version__, "--version", prog_name="verl-launch")
 def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir, out_dir, apply_k8s,
-         verbose):
+         no_env_check, verbose):
     """Start a whole job: HOSTS is a hosts file, `local` or `slurm`; JOB a job file.
     HOSTS `k8s` writes the job's Kubernetes manifests instead (-o DIR, --apply).
     `verl-launch --resume RUN_DIR` continues a run with its own job and hosts."""
@@ -103,12 +105,14 @@ def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir, out_dir, app
     try:
         job, rd, plan = launch.load(job_path, hosts_spec, overrides, run_dir, resume)
         if dry_run:
+            # a plan for hosts one cannot reach yet; the env stepped as `verl check` does
             launch.preflight(job, job_path or str(rd / "job.toml"), plan, overrides,
-                             probe_hosts=False)  # a plan for hosts one cannot reach yet
+                             probe_hosts=False, probe_steps=None)
+            launch.place_registry(job, plan, hold=False)
             print_plan(plan, job, rd.resolve())
             return
         done = launch.run(job, job_path or str(rd / "job.toml"), rd, plan, verbose=verbose,
-                          overrides=overrides)
+                          overrides=overrides, check_env=not no_env_check)
     except launch.LaunchError as e:
         _bad(str(e), e.code)
     sys.exit(done.exit_code)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import sys
 import threading
 import time
@@ -21,10 +22,12 @@ from verl_zmq.config.loading import override_keys
 from verl_zmq.config.writing import job_to_dict
 from verl_zmq.files import clean_temporaries
 from verl_zmq.log import errno_name
-from verl_zmq.ops.runs import flatten
+from verl_zmq.ops.runs import clear_running, flatten, mark_running
 
 from .hosts import HostsError, load_hosts
+from .looprun import run_loop
 from .plan import Plan, make_plan
+from .ports import PortTaken, choose_registry_port, registry_host, release
 from .remote import check_reachable
 from .report import Terminal, closing_block, write_summary
 from .supervisor import EXIT_BAD_INPUT, EXIT_FAILED, Supervisor
@@ -99,14 +102,20 @@ def plan_job(job: Job, hosts_spec: str | None, run_dir: str | None, resume: str 
     return rd, plan
 
 
+# random steps a launch takes in the env before any role starts (`verl check` takes
+# more: a launch should not wait long for what the check command is for)
+PREFLIGHT_STEPS = 100
+
+
 def preflight(job: Job, source: str, plan: Plan, overrides: Sequence[str] = (),
-              probe_hosts: bool = True) -> None:
+              probe_hosts: bool = True, probe_steps: int | None = PREFLIGHT_STEPS) -> None:
     """Everything a launch checks before any role starts, torch-free: the env (its
-    id resolves), whether the algorithm fits it, memory, demonstrations, and (with
-    `probe_hosts`) that every SSH host answers."""
+    id resolves; reset and stepped at random, `probe_steps` at most: None as many
+    as `verl check`, 0 none), whether the algorithm fits it, memory,
+    demonstrations, and (with `probe_hosts`) that every SSH host answers."""
     from verl_zmq.ops.checks import job_problem
 
-    if why := job_problem(job, source, overrides, networks=False):
+    if why := job_problem(job, source, overrides, networks=False, probe_steps=probe_steps):
         raise LaunchError(why)
     remote = [h for h in plan.hosts if h.by_ssh]
     if not remote or not probe_hosts:
@@ -115,7 +124,7 @@ def preflight(job: Job, source: str, plan: Plan, overrides: Sequence[str] = (),
     async def probe() -> list[str]:
         return await asyncio.gather(*(check_reachable(job, h) for h in remote))
 
-    for h, why in zip(remote, asyncio.run(probe())):
+    for h, why in zip(remote, run_loop(lambda _signals: probe())):
         if why:
             raise LaunchError(f"host {h.ssh_target} (hosts line {h.line}) is unreachable "
                               f"by SSH: {why}")
@@ -172,15 +181,62 @@ def thread_failed(tb_dir: Path, console: IO[str]) -> Any:
     return hook
 
 
+def place_registry(job: Job, plan: Plan, hold: bool, owner: Path | None = None) -> Any:
+    """The plan's registry port: a free one on this machine (`ports.py`); with
+    `hold`, the lock keeping it for the job of run folder `owner` (let go with
+    `ports.release`)."""
+    try:
+        port, held = choose_registry_port(job, registry_host(job, plan.hosts, plan.placements),
+                                          hold, str(owner.resolve()) if owner else "")
+    except PortTaken as e:
+        raise LaunchError(str(e)) from None
+    plan.registry_port = port
+    return held
+
+
 def run(job: Job, source: str, rd: Path, plan: Plan, verbose: bool = False,
-        console: IO[str] = sys.stderr, overrides: Sequence[str] = ()) -> Launched:
-    """Check, write the run folder, supervise the job to its end and report."""
+        console: IO[str] = sys.stderr, overrides: Sequence[str] = (),
+        callbacks: Sequence[Any] = (), check_env: bool = True) -> Launched:
+    """Check, write the run folder, supervise the job to its end and report. A start
+    that fails before the job runs leaves no run folder behind (a resumed run's
+    folder stays as it was). `check_env` False skips stepping the env first."""
+    preflight(job, source, plan, overrides, probe_steps=PREFLIGHT_STEPS if check_env else 0)
+    held = place_registry(job, plan, hold=True, owner=rd)
+    fresh = not (rd / "plan.json").exists()
+    try:
+        rd, stream = _prepare_run_folder(rd, dumps_job(job), plan)
+    except BaseException:
+        release(held)
+        raise
+    started = False
+    try:
+        mark_running(rd, plan.registry_endpoint)
+        sup = _supervisor(job, rd, plan, stream, verbose, console, callbacks)
+        started = True
+        run_loop(sup.run, sup.interrupt)
+    except BaseException:
+        if not started and fresh:
+            with contextlib.suppress(OSError):
+                stream.close()
+            shutil.rmtree(rd, ignore_errors=True)
+        raise
+    finally:
+        release(held)
+        clear_running(rd)
+    summary = sup.summary()
+    where = write_summary(rd / "summary.json", summary, console)
+    sup.log.info("launcher_finished", **{k: v for k, v in summary.items() if k != "evaluations"})
+    with contextlib.suppress(OSError):
+        console.write(closing_block(summary, rd, where))
+    return Launched(rd, summary["exit_code"], summary)
+
+
+def _supervisor(job: Job, rd: Path, plan: Plan, stream: IO[str], verbose: bool,
+                console: IO[str], callbacks: Sequence[Any]) -> Supervisor:
+    """The job's keys, the launcher's log and terminal, and the supervisor."""
     from verl_zmq.comm.transport import CurveKeys, curve_enabled
     from verl_zmq.log import setup_logging
 
-    preflight(job, source, plan, overrides)
-    job_text = dumps_job(job)
-    rd, stream = _prepare_run_folder(rd, job_text, plan)
     keys = None
     if curve_enabled(job.security.curve):
         k = CurveKeys.generate()
@@ -198,12 +254,5 @@ def run(job: Job, source: str, rd: Path, plan: Plan, verbose: bool = False,
         term.say(f"warning: {why}")
     threading.excepthook = thread_failed(rd / "tb", console)
     term.say(f"run folder: {rd} ({job.algorithm.name} on {job.environment.id})")
-    sup = Supervisor(job, plan, rd, job_text, keys, log, terminal=term)
-    rc = asyncio.run(sup.run())
-    summary = sup.summary()
-    rc = summary["exit_code"]
-    where = write_summary(rd / "summary.json", summary, console)
-    log.info("launcher_finished", **{k: v for k, v in summary.items() if k != "evaluations"})
-    with contextlib.suppress(OSError):
-        console.write(closing_block(summary, rd, where))
-    return Launched(rd, rc, summary)
+    return Supervisor(job, plan, rd, dumps_job(job), keys, log, terminal=term,
+                      callbacks=callbacks)

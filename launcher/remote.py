@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -234,6 +235,12 @@ class RoleProcess:
         a moved step's file still holds the node failure that moved it)."""
         return last_lines(self.err_path, n, self.err_from)
 
+    def last_error(self) -> str:
+        """What ended this incarnation, as its stderr says (`error_line`), without
+        the member id a role puts before it."""
+        err = error_line(last_lines(self.err_path, 40, self.err_from))
+        return err.removeprefix(f"{self.placement.member_id}: ")
+
     @property
     def running(self) -> bool:
         return self.proc is not None and self.proc.returncode is None
@@ -259,6 +266,21 @@ def last_lines(path: Path, n: int, start: int = 0) -> str:
     except OSError:
         return ""
     return "\n".join(text.strip().splitlines()[-n:])
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def error_line(text: str) -> str:
+    """A role's error from the end of its stderr: the last `error: ` line (a role
+    writes one as it fails, after the traceback), else the last line; terminal
+    colour codes (a library's warnings) removed."""
+    lines = [ANSI.sub("", ln).strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln]
+    for ln in reversed(lines):
+        if ln.startswith("error: "):
+            return ln.removeprefix("error: ")
+    return lines[-1] if lines else ""
 
 
 def make_bundle(job_text: str, keys: dict | None) -> bytes:

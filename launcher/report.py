@@ -19,7 +19,12 @@ from verl_zmq.log import errno_name, readable
 from verl_zmq.ops.runview import RunView
 
 # the fields every event carries: not what a user needs to read about a warning
-BOILERPLATE = {"ts", "level", "event", "role", "id", "group", "incarnation", "host", "pid"}
+BOILERPLATE = {"ts", "level", "event", "role", "id", "group", "incarnation", "host", "pid",
+               "exception"}
+# a role's own error events that the launcher's `role_died` line repeats (with the
+# error the role wrote last): counted, not shown
+SAID_BY_LAUNCHER = {"task_failed"}
+ROLE_ENDS = ("role_died", "role_failed", *SAID_BY_LAUNCHER)
 # a finished run whose checkpoints were not all written: the closing block says so
 CHECKPOINT_EVENTS = ("checkpoint_skipped", "checkpoint_failed")
 
@@ -82,6 +87,7 @@ class Terminal:
         self.verbose = verbose
         self.digest = Digest()
         self.line = ""
+        self.errors_shown: set[str] = set()  # role errors already on the terminal
 
     def _write(self, text: str) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -100,20 +106,34 @@ class Terminal:
         self._write(("\r" + line + "\x1b[K") if self.tty else line + "\n")
 
     def launcher_event(self, ev: dict[str, Any]) -> None:
-        """The launcher's own log events (its logger's echo)."""
+        """The launcher's own log events (its logger's echo). A role's death is
+        shown with its error the first time that error comes; the same error again
+        (a restart, or every sampler of a broken env) is counted, not repeated."""
+        name = ev.get("event")
+        if name in ("role_died", "role_failed"):
+            self.digest.take(ev)
+            line = self._role_end(ev)
+            if line:
+                self.say(line)
+            return
         line = self.digest.take(ev)
         if self.verbose:
             self.say(readable(ev))
         elif line is not None:
             self.say(line)
-        elif ev.get("level") in ("warning", "error") and ev.get("event") == "role_died":
-            self.say(f"{ev['level']}: {ev.get('member')}: died (exit {ev.get('exit_code')}), "
-                     f"restarting")
+
+    def _role_end(self, ev: dict[str, Any]) -> str:
+        err = str(ev.get("last_error") or f"exit code {ev.get('exit_code')}")
+        member, new = ev.get("member", "?"), err not in self.errors_shown
+        self.errors_shown.add(err)
+        if ev["event"] == "role_failed":
+            return f"error: {member} failed for good: {err if new else '(the same error)'}"
+        return f"warning: {member} died: {err}; restarting" if new else ""
 
     def role_events(self, events: list[dict[str, Any]]) -> None:
         for ev in events:
             line = self.digest.take(ev)
-            if line is not None:
+            if line is not None and ev.get("event") not in SAID_BY_LAUNCHER:
                 self.say(line)
 
     def end(self) -> None:
@@ -201,10 +221,19 @@ def closing_block(summary: dict[str, Any], run_dir: Path, where: str) -> str:
     lines.append(f"  best checkpoint  {_short_path(best) if best else '- (none written)'}")
     lines.append(f"  summary          {_short_path(where) if where != 'stdout' else 'stdout'}")
     for w in summary.get("warnings", []):
+        if w["event"] in ROLE_ENDS:  # the restarts and failures below say it
+            if w["event"] == "role_died":
+                lines.append(f"  {'warning':<16} roles died x{w['count']} (restarted)")
+            continue
         lines.append(f"  {w['level']:<16} {w['event']} x{w['count']} "
                      f"({', '.join(w['members'][:4])}): {w['first']}"[:200])
+    by_error: dict[str, list[str]] = {}
     for m, err in summary.get("failed_roles", {}).items():
-        lines.append(f"failed for good: {m}\n" + "\n".join(f"    {ln}" for ln in err.splitlines()))
+        by_error.setdefault(err, []).append(m)
+    for err, members in by_error.items():
+        lines.append(f"failed for good: {', '.join(members)}\n"
+                     + "\n".join(f"    {ln}" for ln in err.splitlines())
+                     + f"\n    (traceback: {rd}/logs/{members[0]}.err)")
     if summary.get("checkpoints_missing"):
         lines.append("  checkpoints were skipped or failed: a resume starts from the last one "
                      "written (see above; exit code 3)")

@@ -10,7 +10,9 @@ import contextlib
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from verl_zmq.config import Job
 from verl_zmq.config.roles import REGISTRY, role_traits
@@ -19,6 +21,7 @@ from verl_zmq.ops.runview import RunView
 
 from . import early
 from .affinity import cpu_specs
+from .fate import Fate
 from .forking import ForkedProcess, ForkServer, from_zygote, own_cpus, zygote_modules
 from .lost import NODE_FAILURE, SSH_LOST, host_lost, move_off
 from .plan import Placement, Plan
@@ -60,8 +63,10 @@ class Supervisor:
     """Runs a plan's roles until the job ends, fails, or is interrupted."""
 
     def __init__(self, job: Job, plan: Plan, run_dir: Path, job_text: str,
-                 keys: dict | None, log, terminal: Terminal | None = None):
+                 keys: dict | None, log, terminal: Terminal | None = None,
+                 callbacks: Sequence[Any] = ()):
         self.job = job
+        self.callbacks = list(callbacks)
         self.plan = plan
         self.run_dir = run_dir
         self.log = log
@@ -89,7 +94,9 @@ class Supervisor:
             1 if job.gossip.share_batch else peers), trainer_ids(plan.placements))
         self.stopping = False
         self.interrupts = 0
-        self.failed: list[str] = []
+        self.fate = Fate(job, plan.placements)
+        self.failed = self.fate.failed  # one list: lost.py appends to it too
+        self.errors: dict[str, str] = {}  # member -> what ended its last incarnation
         self.lost: dict[str, set[str]] = {}  # host address -> members lost with it
         self.outcome = EXIT_DONE
         self.wake = asyncio.Event()
@@ -137,9 +144,10 @@ class Supervisor:
                 if role_traits(p.role).ends_job:
                     self.wake.set()  # the job is finishing
                 return
-            tail = rp.err_tail(5)
+            err = rp.last_error()
+            self.errors[p.member_id] = err
             self.log.warning("role_died", member=p.member_id, member_role=p.role, exit_code=rc,
-                             restarts=rp.restarts, last_error=tail)
+                             restarts=rp.restarts, last_error=err)
             if rc == SSH_LOST and host.by_ssh:  # the host went, not the role
                 if await host_lost(self, rp, host):
                     continue  # it answers again: the role was restarted there
@@ -156,8 +164,8 @@ class Supervisor:
                 continue
             self.failed.append(p.member_id)
             self.log.error("role_failed", member=p.member_id, member_role=p.role, exit_code=rc,
-                           last_error=tail)
-            if self._fails_job(p) or rc == 2:
+                           last_error=err)
+            if self.fate.fails_job(p) or rc == 2:
                 self.fail_job()
             return
 
@@ -196,17 +204,7 @@ class Supervisor:
         return (up >= SPARE_AFTER_S and trained) or up >= SPARE_FALLBACK_S
 
     def _vital(self, p: Placement) -> bool:
-        """A centralised job's registry and learners; a decentralised job has no
-        centre: only losing every trainer fails it (`_fails_job`)."""
-        return role_traits(p.role).vital and not self.job.traits.decentralised
-
-    def _fails_job(self, p: Placement) -> bool:
-        """Whether `p`, failed for good, ends the job as failed."""
-        if self._vital(p):
-            return True
-        trainers = [r for r in self.procs if role_traits(r.placement.role).trains]
-        return role_traits(p.role).trains and self.job.traits.decentralised and all(
-            r.placement.member_id in self.failed for r in trainers)
+        return self.fate.vital(p)
 
     def _done(self) -> bool:
         reg_done = all(rp.exit_code == 0 for rp in self.procs if rp.placement.role == REGISTRY)
@@ -229,10 +227,18 @@ class Supervisor:
                 next_print = time.monotonic() + every
                 self.term.progress(self.progress.line())
 
-    async def run(self) -> int:
+    def interrupt(self) -> None:
+        """Ctrl-C where no signal handler could be installed (a notebook's interrupt,
+        handed over by `looprun.run_loop` in this loop's thread)."""
+        self.on_signal(signal.SIGINT)
+
+    async def run(self, signals: bool = True) -> int:
+        """Start every role and supervise the job to its end; `signals`: SIGINT and
+        SIGTERM stop it (only where handlers can be installed: the main thread)."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.on_signal, sig)
+        if signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self.on_signal, sig)
         zygote = asyncio.create_task(self._fork_server(torch=True))
         light = await self._fork_server()
         servers = [light] if light is not None else []
@@ -368,7 +374,8 @@ class Supervisor:
                          if rp.restarts},
             "fragments_dropped": v.dropped,
             "lost_hosts": {h: sorted(m) for h, m in self.lost.items()},
-            "failed_roles": {m: last_lines(self.logs / f"{m}.err", 5) for m in self.failed},
+            "failed_roles": {m: self.errors.get(m) or last_lines(self.logs / f"{m}.err", 5)
+                             for m in self.failed},
             "best_checkpoint": str(best) if best.exists() else None,
             "checkpoints_missing": missing,
             "warnings": warnings,

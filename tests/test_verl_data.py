@@ -167,7 +167,8 @@ def test_a_scorer_from_outside_the_package_returns_a_dict(tmp_path, monkeypatch)
     assert s.score == 1.0 and s.metrics == {"length": 4.0}
     with pytest.raises(ValueError, match="returned str, expected a number"):
         score_response(load_compute_score("my_scorer:broken"), "x", "a", "b")
-    with pytest.raises(ValueError, match="algorithm.reward 'my_scorer:nothing': cannot import"):
+    with pytest.raises(ValueError, match="algorithm.reward 'my_scorer:nothing': module "
+                                         "'my_scorer' has no 'nothing'"):
         load_compute_score("my_scorer:nothing")
 
 

@@ -12,6 +12,7 @@ import click
 from . import blas  # noqa: F401  (before numpy: one BLAS thread per role process)
 from .config import ConfigError, Job, load_job, loads_job
 from .config.roles import ROLES, default_member_id
+from .importing import cwd_importable
 
 JOB_FILE = click.Path(exists=True, dir_okay=False)
 
@@ -33,6 +34,7 @@ def _load(job_path: str, overrides: tuple[str, ...]) -> Job:
 @click.version_option(package_name="verl-zmq")
 def main() -> None:
     """verl-zmq: asynchronous distributed actor-learner RL over ZeroMQ."""
+    cwd_importable()  # a job's own module beside it, as `python -m` would see it
 
 
 @main.command()

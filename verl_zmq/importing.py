@@ -1,8 +1,28 @@
-"""Objects named by import path in a job (`module:name`): imported, never evaluated."""
+"""Objects named by import path in a job (`module:name`): imported, never evaluated.
+
+The folder a command runs in is importable (`cwd_importable`), as `python -m`
+makes it, so a module beside the job file works from `verl` and `verl-launch`
+as it does from a script; on other hosts it must be importable too (installed,
+or in `launch.workdir`, or on PYTHONPATH there).
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+
+IMPORTABLE = ("it must be importable by every role: in the folder the job is launched "
+              "from, installed (pip install -e), or on PYTHONPATH; on other hosts in "
+              "launch.workdir or installed there")
+
+
+def cwd_importable() -> None:
+    """Put the current folder first on sys.path, where a console script (unlike
+    `python -m`) leaves it out."""
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def load_object(path: str, what: str):
@@ -11,7 +31,18 @@ def load_object(path: str, what: str):
     mod, _, name = path.partition(":")
     if not mod or not name:
         raise ValueError(f"{what} {path!r}: expected module:name")
+    if mod == "__main__":
+        raise ValueError(f"{what} {path!r}: an object defined in the running script cannot "
+                         f"be imported by the roles (each runs in its own process); move it "
+                         f"into a module (mymodule.py beside the script) and name it "
+                         f"\"mymodule:{name}\"")
     try:
-        return getattr(importlib.import_module(mod), name)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"{what} {path!r}: cannot import: {e}") from None
+        module = importlib.import_module(mod)
+    except ImportError as e:
+        raise ValueError(f"{what} {path!r}: cannot import: {e}; {IMPORTABLE}") from None
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        near = [n for n in dir(module) if n.lower() == name.lower()]
+        hint = f" (did you mean {mod}:{near[0]}?)" if near else ""
+        raise ValueError(f"{what} {path!r}: module {mod!r} has no {name!r}{hint}") from None

@@ -161,7 +161,9 @@ def limit_memory(spec: str) -> None:
 
 
 def make_transport(ctx: zmq.asyncio.Context, job: Job, host: str, keys: CurveKeys | None,
-                   log, inproc: bool = False) -> Transport:
+                   log, inproc: bool = False, registry: str = "") -> Transport:
+    """The role's transport; it never binds the registry's port (`registry`, its
+    endpoint, where the launcher may have chosen another than the job's)."""
     def denied(key: str) -> None:
         log.warning("auth_denied", client_key=key[:40], mechanism="CURVE")
 
@@ -170,9 +172,14 @@ def make_transport(ctx: zmq.asyncio.Context, job: Job, host: str, keys: CurveKey
     # a connection counts as dead after the registry's own liveness period, but never
     # sooner than 3 s: a process starved of CPU that long on a busy machine is alive
     return Transport(ctx, host=host, port_range=(lo, hi), keys=keys, inproc=inproc,
-                     on_denied=denied, reserved=frozenset({job.registry_port}),
+                     on_denied=denied, reserved=frozenset({_port(registry) or job.registry_port}),
                      heartbeat_s=L.heartbeat_interval_s,
                      dead_after_s=max(3.0, L.liveness_timeout_s))
+
+
+def _port(endpoint: str) -> int:
+    tail = endpoint.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else 0
 
 
 def _over_limit(log, spec: RoleSpec, limit: str, e: BaseException) -> int:
@@ -220,7 +227,7 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
 
     async def main() -> int:
         zctx = zmq.asyncio.Context()
-        transport = make_transport(zctx, job, bind, keys, log)
+        transport = make_transport(zctx, job, bind, keys, log, registry=registry)
         ctx = RoleContext(job=job, role=spec.role, member_id=spec.member_id, group=spec.group,
                           index=index_of(spec.member_id), incarnation=inc, registry=registry,
                           run_dir=run_dir, host=bind, transport=transport, log=log,

@@ -192,11 +192,25 @@ def _convert(value: Any, tp: Any, key: str, source: str):  # noqa: C901 - one ca
         return float(value)
     if tp is str:
         if not isinstance(value, str):
+            _not_an_object(value, key, source)
             raise ConfigError(f"{source}: {key}: expected a string, got {_tname(value)}")
         return value
     if tp is Any:
         return value
     raise ConfigError(f"{source}: {key}: unsupported type {tp}")  # pragma: no cover
+
+
+def _not_an_object(value: Any, key: str, source: str) -> None:
+    """A class or function given where its import path belongs (the Python API): a
+    ConfigError saying which path to write."""
+    if callable(value) and hasattr(value, "__module__") and hasattr(value, "__qualname__"):
+        kind = "class" if isinstance(value, type) else "function"
+        script = value.__module__ == "__main__"
+        mod = "mymodule" if script else value.__module__
+        move = "; move it out of the script into mymodule.py" if script else ""
+        raise ConfigError(f"{source}: {key}: got the {kind} {value.__qualname__} itself; name "
+                          f"it by its import path instead, \"{mod}:{value.__qualname__}\" "
+                          f"(every role imports it in its own process{move})")
 
 
 def _expect(tp: Any) -> str:

@@ -31,6 +31,9 @@ class RoleTraits:
     vital: bool
     trains: bool  # runs a Trainer: has a warm spare, devices, pinned cores, params
     ends_job: bool  # a clean exit means the job is finishing
+    # the job cannot go on once every one of its group's processes has failed for good
+    # (no sampler left to step envs, no shard to hold fragments, no evaluator to end it)
+    needed: bool
     start_order: int  # who is spawned first (light roles before torch ones)
     endpoints: tuple[str, ...]  # what it binds and announces to the registry
     placing: Placing = Placing.FIRST
@@ -52,18 +55,24 @@ PEER = "peer"
 # roles that import torch. A member that knocks before the registry has bound is
 # fine: its register message waits in the socket, and it retries.
 ROLE_TRAITS: dict[str, RoleTraits] = {
-    REGISTRY: RoleTraits(REGISTRY, vital=True, trains=False, ends_job=True, start_order=0,
+    REGISTRY: RoleTraits(REGISTRY, vital=True, trains=False, ends_job=True, needed=False,
+                         start_order=0,
                          endpoints=("registry", "membership"), forkable=True, numbered=False),
-    SAMPLER: RoleTraits(SAMPLER, vital=False, trains=False, ends_job=False, start_order=1,
+    SAMPLER: RoleTraits(SAMPLER, vital=False, trains=False, ends_job=False, needed=True,
+                        start_order=1,
                         endpoints=(), placing=Placing.SPREAD, forkable=True, charts="sum"),
-    REPLAY: RoleTraits(REPLAY, vital=False, trains=False, ends_job=False, start_order=2,
+    REPLAY: RoleTraits(REPLAY, vital=False, trains=False, ends_job=False, needed=True,
+                       start_order=2,
                        endpoints=("fragments", "requests"), placing=Placing.BESIDE_TRAINER,
                        forkable=True, charts="sum"),
-    LEARNER: RoleTraits(LEARNER, vital=True, trains=True, ends_job=True, start_order=3,
+    LEARNER: RoleTraits(LEARNER, vital=True, trains=True, ends_job=True, needed=False,
+                        start_order=3,
                         endpoints=("params", "dist"), charts="member"),
-    PEER: RoleTraits(PEER, vital=False, trains=True, ends_job=True, start_order=3,
+    PEER: RoleTraits(PEER, vital=False, trains=True, ends_job=True, needed=False,
+                     start_order=3,
                      endpoints=("params", "gossip"), charts="member"),
-    EVALUATOR: RoleTraits(EVALUATOR, vital=False, trains=False, ends_job=False, start_order=4,
+    EVALUATOR: RoleTraits(EVALUATOR, vital=False, trains=False, ends_job=False, needed=True,
+                          start_order=4,
                           endpoints=(), forkable=True, charts="member"),
 }
 

@@ -20,8 +20,9 @@ import numpy as np
 
 from .. import pixels, seq  # noqa: F401  (register their env ids)
 from ..config import Environment
-from ..importing import load_object
+from ..importing import IMPORTABLE, load_object
 from . import tasks  # noqa: F401  (registers its env ids)
+from .contract import under_wrappers
 from .guard import GuardedVectorEnv
 from .spaces import Leaf, SpaceError, action_space, obs_leaves, plain
 
@@ -84,12 +85,18 @@ def resolve_id(env_id: str) -> str:
     imported, and registers the id); `module:Class` registered once under
     `verl/Class-v0`."""
     module, _, name = env_id.rpartition(":")
+    if module == "__main__":
+        raise EnvError(f"environment.id {env_id!r}: a class defined in the running script "
+                       f"cannot be imported by the roles (each runs in its own process); move "
+                       f"it into a module beside the script (mymodule.py) and name it "
+                       f"\"mymodule:{name}\": the current folder is importable, and other "
+                       f"hosts need the module too")
     if module and re.fullmatch(r"[\w.\-/]+-v\d+", name):
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise EnvError(f"environment.id {env_id!r}: cannot import {module!r} ({e}); it "
-                           f"must be importable on every host") from None
+            raise EnvError(f"environment.id {env_id!r}: cannot import {module!r} ({e}); "
+                           f"{IMPORTABLE}") from None
         env_id = name
     if ":" not in env_id:
         if env_id not in gym.registry and env_id.startswith("ALE/"):
@@ -160,6 +167,7 @@ def make_env(cfg: Environment, render_mode: str | None = None,
         raise EnvError(f"environment.kwargs for {cfg.id!r}: {e}") from None
     except ValueError as e:  # the env refused its settings; its message names them
         raise EnvError(f"environment {cfg.id!r}: {e}") from None
+    env = under_wrappers(env, cfg.id)
     env = user_wrappers(env, cfg)
     if cfg.reward_fn:
         env = RewardFn(env, _load_object(cfg.reward_fn, "environment.reward_fn"))

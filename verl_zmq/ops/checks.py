@@ -5,6 +5,7 @@ the algorithm's networks."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 from ..config import Job
@@ -12,17 +13,20 @@ from ..config.loading import blame_override
 
 
 def job_problem(job: Job, source: str, overrides: Sequence[str] = (),
-                networks: bool = True) -> str:
+                networks: bool = True, probe_steps: int | None = None) -> str:
     """`check_job`'s problems as one line naming the job file (or the `--set` that
     gave the key), or "" when the job can run."""
-    problems = check_job(job, networks)
+    problems = check_job(job, networks, probe_steps)
     if not problems:
         return ""
     return blame_override(f"{source}: " + " ".join(problems), source, overrides)
 
 
-def check_job(job: Job, networks: bool = True) -> list[str]:
-    """Problems with the job, each one sentence; empty when it can run."""
+def check_job(job: Job, networks: bool = True, probe_steps: int | None = None) -> list[str]:
+    """Problems with the job, each one sentence; empty when it can run. The env is
+    reset and stepped with random actions (`probe_steps` at most, default
+    `contract.PROBE_STEPS`, within `contract.PROBE_S`; 0: not at all): an env
+    outside gymnasium's API, or one that raises, is found here."""
     from ..algos.traits import fit_problem
     from ..envs.make import EnvError, env_spec, make_vector_env, native_vector_env
 
@@ -59,7 +63,36 @@ def check_job(job: Job, networks: bool = True) -> list[str]:
         venv.close()
     except EnvError as e:
         problems.append(str(e))
+    if not problems and probe_steps != 0:
+        problems += env_problems(job, probe_steps)
     return problems
+
+
+def env_problems(job: Job, steps: int | None = None) -> list[str]:
+    """The env reset and stepped at random as a sampler would (`contract.probe`):
+    what it raised, or how an answer broke gymnasium's API, as one sentence."""
+    from ..envs.contract import PROBE_STEPS, ContractError, probe
+    from ..envs.make import EnvError, make_env
+
+    cfg = job.environment
+    try:
+        env = make_env(cfg)
+    except EnvError as e:
+        return [str(e)]
+    try:
+        probe(env, job.experiment.seed, PROBE_STEPS if steps is None else steps)
+    except ContractError as e:
+        return [str(e)]
+    except Exception as e:  # the user's env raised: its own words, and what to do
+        return [f"environment {cfg.id!r}: {type(e).__name__}: {e} (raised while it was "
+                f"reset and stepped with random actions by the check); fix the env, or if "
+                f"it fails only now and then set environment.step_timeout_s > 0: its envs "
+                f"then run in worker processes and one that fails is made anew "
+                f"(environment.max_env_failures)"]
+    finally:
+        with contextlib.suppress(Exception):
+            env.close()
+    return []
 
 
 def _memory_problems(job: Job, spec) -> list[str]:

@@ -4,7 +4,10 @@ side by side."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
 import time
 import tomllib
 from dataclasses import dataclass
@@ -21,11 +24,49 @@ class RunInfo:
 
     @property
     def status(self) -> str:
-        return self.summary.get("status", "running or killed")
+        """The summary's status; without one "running" (its launcher is alive),
+        "killed" (it is gone) or, for a run that left no marker, "unknown"."""
+        if "status" in self.summary:
+            return str(self.summary["status"])
+        alive = launcher_alive(self.path)
+        return "unknown" if alive is None else "running" if alive else "killed"
 
     def get(self, key: str, default="-"):
         v = self.summary.get(key)
         return default if v is None else v
+
+
+RUNNING = "running.json"  # in a run folder while its launcher runs: {pid, host, registry}
+
+
+def mark_running(run_dir: Path, registry: str) -> None:
+    """Say that this process runs the job of `run_dir` (removed by `clear_running`)."""
+    with contextlib.suppress(OSError):
+        (run_dir / RUNNING).write_text(json.dumps(
+            {"pid": os.getpid(), "host": socket.gethostname(), "registry": registry}))
+
+
+def clear_running(run_dir: Path) -> None:
+    with contextlib.suppress(OSError):
+        (run_dir / RUNNING).unlink()
+
+
+def launcher_alive(run_dir: Path) -> bool | None:
+    """Whether the launcher that marked `run_dir` still runs; None where no marker
+    says (a finished run, or one from before markers), or it ran on another host
+    (True: it may)."""
+    m = _load_json(run_dir / RUNNING)
+    if not isinstance(m.get("pid"), int):
+        return None
+    if m.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(m["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def find_runs(root: Path, max_depth: int = 4) -> list[RunInfo]:

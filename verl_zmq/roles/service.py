@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 
 from .base import Role, RoleRefused
 from .membership import RegistryClient
@@ -141,7 +142,9 @@ async def serve(role: Role, install_signals: bool = True) -> int:
     except* Exception as eg:
         for e in _leaves(eg):
             role.log.error("task_failed", error=f"{type(e).__name__}: {e}", exc_info=e)
-            # one line on stderr too: the launcher's summary shows a role's last stderr lines
+            # the traceback on stderr (the .err file), then one line the launcher shows
+            with contextlib.suppress(OSError, ValueError):
+                traceback.print_exception(e, file=sys.stderr)
             print(f"error: {role.id}: {type(e).__name__}: {str(e)[:500]}", file=sys.stderr,
                   flush=True)
             if out_of_memory(e):  # the runner names the role's memory limit

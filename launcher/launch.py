@@ -145,7 +145,11 @@ def load(job_path: str | None, hosts_spec: str | None, overrides: Sequence[str],
                 raise LaunchError("no JOB given: a job file")
             job = load_job(job_path, overrides)
         rd, plan = plan_job(job, hosts_spec, run_dir, resume, overrides)
-    except (ConfigError, HostsError) as e:
+    except ConfigError as e:
+        from verl_zmq.ops.checks import config_problem
+
+        raise LaunchError(config_problem(e)) from None
+    except HostsError as e:
         raise LaunchError(str(e)) from None
     return job, rd, plan
 

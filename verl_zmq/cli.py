@@ -26,7 +26,9 @@ def _load(job_path: str, overrides: tuple[str, ...]) -> Job:
     try:
         return load_job(job_path, overrides)
     except ConfigError as e:
-        fail(str(e))
+        from .ops.checks import config_problem
+
+        fail(config_problem(e))
         raise  # unreachable
 
 

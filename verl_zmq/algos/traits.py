@@ -58,6 +58,16 @@ TRAITS: dict[str, Traits] = {
                   actions=("box",), encoders=True),
 }
 
+# a shipped job of each algorithm (in the repository's configs/), to start one from
+EXAMPLE_JOBS = {"ppo": "configs/cartpole_ppo.toml", "dapo": "configs/cartpole_dapo.toml",
+                "grpo": "configs/reverse_grpo.toml", "dqn": "configs/cartpole_dqn.toml",
+                "sac": "configs/pendulum_sac.toml"}
+
+
+def example_job(name: str) -> str:
+    return EXAMPLE_JOBS.get(name, "configs/")
+
+
 SPACE_NAMES = {"discrete": "Discrete", "box": "Box", "multidiscrete": "MultiDiscrete",
                "multibinary": "MultiBinary"}
 

@@ -5,6 +5,7 @@ misspelt keys, a did-you-mean."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import tomllib
@@ -39,6 +40,17 @@ def loads_job(text: str, source: str = "<job>", overrides=()) -> Job:
         apply_override(raw, item, source)
     try:
         return build_job(raw, source)
+    except ForeignParams as e:
+        named = [i for i in overrides if i.split("=", 1)[0].strip() == "algorithm.name"]
+        if named:  # the name changed, not the params: say so
+            e.args = (f"--set {named[-1]}: " + str(e).removeprefix(f"{source}: "),)
+        params = raw.get("algorithm", {}).get("params", {})
+        rest = {k: v for k, v in params.items() if k not in e.keys}
+        replay = {**raw.get("replay", {}), "mode": "auto"}  # the other's mode, likely
+        with contextlib.suppress(ConfigError):
+            e.job = build_job({**raw, "algorithm": {**raw["algorithm"], "params": rest},
+                               "replay": replay}, source)
+        raise
     except ConfigError as e:
         raise ConfigError(blame_override(str(e), source, overrides)) from None
 
@@ -97,6 +109,9 @@ def build_job(raw: dict, source: str = "<job>") -> Job:
             + ", ".join(f"[{s}]" for s in REQUIRED_SECTIONS)
         )
     job = _build_dataclass(Job, raw, "", source)
+    if job.replay.mode == "auto":  # what the algorithm needs
+        job = dataclasses.replace(job, replay=dataclasses.replace(
+            job.replay, mode=job.traits.replay_modes[0]))
     check_semantics(job, source)
     return job
 
@@ -112,6 +127,8 @@ def _build_dataclass(cls, raw: Any, prefix: str, source: str):
         raise ConfigError(f"{source}: {where}: expected a table, got {_tname(raw)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
+    if cls in ALGO_PARAMS.values():
+        _foreign_params(cls, raw, prefix, source)
     for key in raw:
         if key not in fields:
             valid = ", ".join(sorted(fields))
@@ -133,6 +150,36 @@ def _build_dataclass(cls, raw: Any, prefix: str, source: str):
             ALGO_PARAMS[algo], raw.get("params", {}), f"{prefix}params.", source
         )
     return cls(**kwargs)
+
+
+class ForeignParams(ConfigError):
+    """`[algorithm.params]` written for another algorithm than `algorithm.name` (a job
+    whose name was changed by `--set`): `raw` is the job's table with those keys
+    left out, for a check of what else the change means (the action space)."""
+
+    def __init__(self, message: str, name: str, owner: str, keys: list[str]):
+        super().__init__(message)
+        self.name, self.owner, self.keys = name, owner, keys
+        self.job: Job | None = None  # the job without those keys, where it builds
+
+
+def _foreign_params(cls: type, raw: dict, prefix: str, source: str) -> None:
+    """ForeignParams when every unknown key of `raw` is another algorithm's."""
+    from ..algos.traits import example_job
+
+    own = {f.name for f in dataclasses.fields(cls)}
+    unknown = [k for k in raw if k not in own]
+    name = next(n for n, c in ALGO_PARAMS.items() if c is cls)
+    if not unknown:
+        return
+    for owner, other in ALGO_PARAMS.items():
+        theirs = {f.name for f in dataclasses.fields(other)}
+        if other is not cls and all(k in theirs for k in unknown):
+            raise ForeignParams(
+                f"{source}: {prefix.rstrip('.')}: {', '.join(unknown)} are {owner}'s keys, "
+                f"not {name}'s: the job's [algorithm.params] were written for {owner}; start "
+                f"from a {name} job ({example_job(name)}) and give it this [environment], or "
+                f"remove those keys", name, owner, unknown)
 
 
 def _tname(v: Any) -> str:

@@ -77,7 +77,9 @@ class Sampling:
 class Replay:
     """Replay shards: FIFO for on-policy, uniform/prioritized for off-policy."""
 
-    mode: Literal["fifo", "uniform", "prioritized"] = "fifo"  # fifo for ppo and dapo
+    # "auto": what the algorithm needs (fifo for on-policy ppo, dapo and grpo; uniform
+    # for off-policy dqn and sac)
+    mode: Literal["auto", "fifo", "uniform", "prioritized"] = "auto"
     capacity: int = 100_000  # transitions per shard
     when_full: Literal["block", "drop_oldest"] = "block"  # block: samplers wait (backpressure)
     alpha: float = 0.6

@@ -8,8 +8,31 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 
-from ..config import Job
+from ..config import ConfigError, Job
 from ..config.loading import blame_override
+
+
+def config_problem(e: ConfigError) -> str:
+    """A job file's error as a user should read it: where `--set algorithm.name`
+    moved a job to an algorithm that cannot act in its env, that comes first (the
+    params would be the next thing to change)."""
+    from ..config.loading import ForeignParams
+
+    if not isinstance(e, ForeignParams) or e.job is None:
+        return str(e)
+    from ..algos.traits import example_job, fit_problem
+    from ..envs.make import EnvError, env_spec
+
+    try:
+        spec = env_spec(e.job.environment)
+    except EnvError:
+        return str(e)
+    why = fit_problem(e.job, spec.kind, bool(spec.images))
+    if not why:
+        return str(e)
+    head = str(e).split(": algorithm.params:")[0]
+    return (f"{head}: {why}; start from a {e.name} job ({example_job(e.name)}) rather than "
+            f"{e.owner}'s, whose [algorithm.params] it also holds")
 
 
 def job_problem(job: Job, source: str, overrides: Sequence[str] = (),

@@ -1,4 +1,12 @@
-"""What a role that failed for good means for its job: whether the job can go on.
+"""What a role's death means: whether it is restarted (and when), and, once it
+has failed for good, whether its job can go on.
+
+A role that exits non-zero is restarted by the job's policy: the first time at
+once (a warm spare makes it cheap), then with a backoff doubling from
+`launch.restart_backoff_s` up to MAX_BACKOFF_S, up to `launch.max_restarts`
+times (`max_restarts_per_role`); one that had been up for
+`launch.restart_window_s` starts its budget afresh, and bad input (exit 2) is
+never retried.
 
 A centralised job cannot go on without its vital roles (the registry, the
 learners), nor once every process of a role its group needs has failed for good
@@ -9,10 +17,31 @@ its shard and samplers) can train.
 
 from __future__ import annotations
 
-from verl_zmq.config import Job
+from verl_zmq.config import Job, Launch
 from verl_zmq.config.roles import role_traits
 
 from .plan import Placement
+from .remote import RoleProcess
+
+MAX_BACKOFF_S = 60.0  # restart delays double up to this
+
+
+def restart_delay(L: Launch, rp: RoleProcess, rc: int, now: float) -> float | None:
+    """Seconds to wait before restarting `rp`, which exited with `rc`; None to give
+    up (bad input, exit 2, or the restart budget spent). Counts the restart."""
+    # a role that had been up for the window crashed anew, not in a loop: the budget
+    # and the backoff start afresh (a week-long job survives a crash a day)
+    if now - rp.started_at >= L.restart_window_s:
+        rp.streak = 0
+    if rc == 2 or rp.streak >= L.max_restarts_per_role.get(rp.placement.role, L.max_restarts):
+        return None
+    # the first restart of a role that was up is immediate (a warm spare makes it
+    # cheap); a crash loop backs off from restart_backoff_s, doubling
+    delay = 0.0 if rp.streak == 0 else min(L.restart_backoff_s * 2 ** (rp.streak - 1),
+                                           MAX_BACKOFF_S)
+    rp.streak += 1
+    rp.restarts += 1
+    return delay
 
 
 class Fate:

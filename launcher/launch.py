@@ -29,7 +29,7 @@ from .looprun import run_loop
 from .plan import Plan, make_plan
 from .ports import PortTaken, choose_registry_port, registry_host, release
 from .remote import check_reachable
-from .report import Terminal, closing_block, write_summary
+from .report import Terminal, closing_block, fmt_return, write_summary
 from .supervisor import EXIT_BAD_INPUT, EXIT_FAILED, Supervisor
 
 
@@ -216,6 +216,11 @@ def run(job: Job, source: str, rd: Path, plan: Plan, verbose: bool = False,
     try:
         mark_running(rd, plan.registry_endpoint)
         sup = _supervisor(job, rd, plan, stream, verbose, console, callbacks)
+        if not fresh:  # the run's past, from its logs; each trainer then says where it is
+            v = sup.view
+            sup.term.say(f"resuming: {len(v.evals)} evaluations so far (best "
+                         f"{fmt_return(v.best_return)}); each trainer continues from its last "
+                         f"checkpoint")
         started = True
         run_loop(sup.run, sup.interrupt)
     except BaseException:
@@ -232,6 +237,8 @@ def run(job: Job, source: str, rd: Path, plan: Plan, verbose: bool = False,
     sup.log.info("launcher_finished", **{k: v for k, v in summary.items() if k != "evaluations"})
     with contextlib.suppress(OSError):
         console.write(closing_block(summary, rd, where))
+    if sup.hooks.error is not None:  # a callback's own error, now that the job has stopped
+        raise sup.hooks.error
     return Launched(rd, summary["exit_code"], summary)
 
 

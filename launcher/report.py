@@ -88,6 +88,7 @@ class Terminal:
         self.digest = Digest()
         self.line = ""
         self.errors_shown: set[str] = set()  # role errors already on the terminal
+        self.resumed: set[Any] = set()  # trainers whose `resumed` was shown
 
     def _write(self, text: str) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -135,6 +136,12 @@ class Terminal:
             line = self.digest.take(ev)
             if line is not None and ev.get("event") not in SAID_BY_LAUNCHER:
                 self.say(line)
+            elif ev.get("event") == "resumed" and ev.get("id") not in self.resumed:
+                # where a trainer continues from, once (a later takeover is logged only)
+                self.resumed.add(ev.get("id"))
+                where = _short_path(ev.get("checkpoint", "?"))
+                self.say(f"{ev.get('id')} continues from env step {ev.get('env_steps', 0):,}, "
+                         f"version {ev.get('version', '?')} ({where})")
 
     def end(self) -> None:
         if self.tty and self.line:
@@ -173,10 +180,20 @@ class Progress:
             return f"{head} | {wait}"
         rate = v.steps_per_s(since=self.launched)
         left = max(0, self.total - v.env_steps)
-        eta = ("finishing" if left == 0 else f"ETA {fmt_duration(left / rate)}" if rate > 0
-               else "ETA -")
+        eta = (self.ending() if left == 0 or v.finished else
+               f"ETA {fmt_duration(left / rate)}" if rate > 0 else "ETA -")
         return (f"{head} ({rate:,.0f}/s) | eval {fmt_return(rets[-1] if rets else None)} "
-                f"(best {fmt_return(max(rets) if rets else None)}) | {eta}")
+                f"(best {fmt_return(v.best_return)}) | {eta}")
+
+    def ending(self) -> str:
+        """What a job whose training ended is doing: the evaluation under way and its
+        episodes, else "finishing"."""
+        ev = self.view.evaluating or {}
+        done, total = ev.get("done"), ev.get("total")
+        if not (isinstance(done, int) and isinstance(total, int) and done < total):
+            return "finishing"
+        final = " of the final policy" if ev.get("final") else ""
+        return f"{ev.get('what', 'evaluation')}{final} ({done}/{total} episodes)"
 
 
 def trainer_ids(placements: list[Any]) -> list[str]:
@@ -213,10 +230,15 @@ def closing_block(summary: dict[str, Any], run_dir: Path, where: str) -> str:
     """What a finished launch prints last: how it ended, the evaluations, the best
     checkpoint, the warnings, and the next commands."""
     rd = _short_path(run_dir)
+    best_on = summary.get("best_eval_episodes")
     lines = [f"{summary['status']} in {fmt_duration(summary['wall_s'])}: "
              f"{summary['env_steps']:,} env steps, final eval "
              f"{fmt_return(summary['final_eval_return'])}, best eval "
-             f"{fmt_return(summary['best_eval_return'])}"]
+             f"{fmt_return(summary['best_eval_return'])}"
+             + (f" (best.pt's, on {best_on} episodes at {summary['best_eval_env_steps']:,} "
+                f"env steps)" if best_on else "")]
+    if summary.get("stopped_by"):
+        lines.append(f"  stopped by      {summary['stopped_by']}")
     best = summary.get("best_checkpoint")
     lines.append(f"  best checkpoint  {_short_path(best) if best else '- (none written)'}")
     lines.append(f"  summary          {_short_path(where) if where != 'stdout' else 'stdout'}")
@@ -238,6 +260,8 @@ def closing_block(summary: dict[str, Any], run_dir: Path, where: str) -> str:
         lines.append("  checkpoints were skipped or failed: a resume starts from the last one "
                      "written (see above; exit code 3)")
     lines.append("next:")
+    if summary["status"] == "interrupted":
+        lines.append(f"  verl-launch --resume {rd}")
     if best:
         lines.append(f"  verl eval {_short_path(best)}")
     lines += [f"  verl plot {rd}", f"  verl logs {rd} --level warning"]

@@ -21,8 +21,9 @@ from verl_zmq.ops.runview import RunView
 
 from . import early
 from .affinity import cpu_specs
-from .fate import Fate
+from .fate import Fate, restart_delay
 from .forking import ForkedProcess, ForkServer, from_zygote, own_cpus, zygote_modules
+from .hooks import Hooks
 from .lost import NODE_FAILURE, SSH_LOST, host_lost, move_off
 from .plan import Placement, Plan
 from .relay import relay_events
@@ -32,31 +33,12 @@ from .report import CHECKPOINT_EVENTS, Progress, Terminal, trainer_ids
 # 0 done; 1 a role failed for good; 2 bad input; 3 done, but checkpoints it was
 # asked for were skipped or failed (a full disk); 130 interrupted
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CHECKPOINTS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-MAX_BACKOFF_S = 60.0  # restart delays double up to this
 SPARE_AFTER_S = 5.0  # a role's warm spare starts once the role has been up this long
 # ... and, for a trainer, once it has updated: a spare importing torch beside a learner
 # that is still importing its own takes cores from the job's first update; one that
 # never updates (a data-parallel rank waiting for its group) gets its spare after this
 SPARE_FALLBACK_S = 30.0
 SPARES_LOST_MAX = 3  # spares of one member that died unused before we stop making them
-
-
-def restart_delay(L, rp: RoleProcess, rc: int, now: float) -> float | None:
-    """Seconds to wait before restarting `rp`, which exited with `rc`; None to give
-    up (bad input, exit 2, or the restart budget spent). Counts the restart."""
-    # a role that had been up for the window crashed anew, not in a loop: the budget
-    # and the backoff start afresh (a week-long job survives a crash a day)
-    if now - rp.started_at >= L.restart_window_s:
-        rp.streak = 0
-    if rc == 2 or rp.streak >= L.max_restarts_per_role.get(rp.placement.role, L.max_restarts):
-        return None
-    # the first restart of a role that was up is immediate (a warm spare makes it
-    # cheap); a crash loop backs off from restart_backoff_s, doubling
-    delay = 0.0 if rp.streak == 0 else min(L.restart_backoff_s * 2 ** (rp.streak - 1),
-                                           MAX_BACKOFF_S)
-    rp.streak += 1
-    rp.restarts += 1
-    return delay
 
 
 class Supervisor:
@@ -97,11 +79,13 @@ class Supervisor:
         self.fate = Fate(job, plan.placements)
         self.failed = self.fate.failed  # one list: lost.py appends to it too
         self.errors: dict[str, str] = {}  # member -> what ended its last incarnation
+        self.stopped_by = ""  # a callback that ended the job early, and why
         self.lost: dict[str, set[str]] = {}  # host address -> members lost with it
         self.outcome = EXIT_DONE
         self.wake = asyncio.Event()
         self.t0 = time.time()
         self.charts = tb.Charts(run_dir, job_text, self.view, log)  # tb/, from the logs
+        self.hooks = Hooks(callbacks, self.view, self.stop_early)  # the Python API's
 
     def _env(self, p: Placement) -> dict:
         env = {"PYTHONUNBUFFERED": "1"}
@@ -206,6 +190,19 @@ class Supervisor:
     def _vital(self, p: Placement) -> bool:
         return self.fate.vital(p)
 
+    def _judge_the_down(self) -> None:
+        """A job whose training ended while roles it needs were down (crashed, their
+        restart pending: an evaluator that never evaluated) did not do what it was
+        asked: they count as failed for good, and the job as failed if it needs them."""
+        down = [rp.placement for rp in self.procs if rp.exit_code not in (None, 0)
+                and rp.placement.member_id not in self.failed]
+        self.failed += [p.member_id for p in down]
+        if any(self.fate.fails_job(p) for p in down):
+            self.outcome = EXIT_FAILED
+            return
+        for p in down:
+            self.failed.remove(p.member_id)
+
     def _done(self) -> bool:
         reg_done = all(rp.exit_code == 0 for rp in self.procs if rp.placement.role == REGISTRY)
         trainers = [rp for rp in self.procs if role_traits(rp.placement.role).trains]
@@ -223,9 +220,20 @@ class Supervisor:
             new = self.view.poll()
             self.term.role_events(new)
             self.charts.write(new)
+            self.hooks.take(new)
             if time.monotonic() >= next_print:
                 next_print = time.monotonic() + every
                 self.term.progress(self.progress.line())
+
+    def stop_early(self, reason: str) -> None:
+        """End the job cleanly before its end (a callback asked): status "done"."""
+        if self.stopping:
+            return
+        self.stopped_by = reason
+        self.log.info("stopped_early", reason=reason)
+        self.term.say(f"stopping: {reason}")
+        self.stopping = True
+        self.wake.set()
 
     def interrupt(self) -> None:
         """Ctrl-C where no signal handler could be installed (a notebook's interrupt,
@@ -261,6 +269,8 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
                     await self.wake.wait()
+        if not self.stopping:
+            self._judge_the_down()
         spares.cancel()  # no spare starts once the job ends
         await asyncio.gather(spares, return_exceptions=True)
         await self._stop_all(finishing=not self.stopping)
@@ -275,6 +285,8 @@ class Supervisor:
         new = self.view.poll()
         self.term.role_events(new)
         self.charts.write(new, final=True)
+        self.hooks.take(new)
+        self.term.progress(self.progress.line())  # where it ended, however soon that was
         self.term.end()
         return self.outcome
 
@@ -367,8 +379,12 @@ class Supervisor:
             "started": self.t0,
             "wall_s": round(time.time() - self.t0, 3),
             "env_steps": v.env_steps,
-            "best_eval_return": max(rets) if rets else None,
+            # what best.pt holds (a candidate's confirmed return), and where it came from
+            "best_eval_return": v.best_return,
+            "best_eval_episodes": v.best[2] if v.best else None,
+            "best_eval_env_steps": v.best[1] if v.best else None,
             "final_eval_return": rets[-1] if rets else None,
+            "stopped_by": self.stopped_by,
             "evaluations": [{"env_steps": s, "return_mean": r} for s, r, _ in v.evals],
             "restarts": {rp.placement.member_id: rp.restarts for rp in self.procs
                          if rp.restarts},

@@ -114,3 +114,63 @@ class Corridor(gym.Env):
 
 if "VerlTests/Corridor-v0" not in gym.registry:
     gym.register(id="VerlTests/Corridor-v0", entry_point=Corridor)
+
+
+class Counting(gym.Env):
+    """Two-float observations, two actions, episodes of `length` steps; reward 1 for
+    action 1; `info["is_success"]` at every step. The broken envs below break one
+    rule of gymnasium's API each."""
+
+    def __init__(self, length: int = 10, explode: bool = False):
+        if explode:
+            raise RuntimeError("this env refuses explode=True")
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.length, self.t = length, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.full(2, self.t / self.length, np.float32)
+        return obs, float(action == 1), self.t >= self.length, False, {
+            "is_success": float(action == 1)}
+
+
+class WrongShape(Counting):
+    def step(self, action):
+        _, r, te, tr, info = super().step(action)
+        return np.zeros(3, np.float32), r, te, tr, info
+
+
+class MissingKey(Counting):
+    def __init__(self):
+        super().__init__()
+        box = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.observation_space = gym.spaces.Dict({"pos": box, "vel": box})
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {"pos": np.zeros(1, np.float32), "vel": np.zeros(1, np.float32)}, {}
+
+    def step(self, action):
+        _, r, te, tr, info = super().step(action)
+        return {"pos": np.zeros(1, np.float32)}, r, te, tr, info
+
+
+class FourTuple(Counting):
+    def step(self, action):
+        obs, r, te, _, info = super().step(action)
+        return obs, r, te, info
+
+
+class Flaky(Counting):
+    """Raises on 1% of its steps."""
+
+    def step(self, action):
+        if self.np_random.random() < 0.01:
+            raise RuntimeError("flaky env: the simulator crashed")
+        return super().step(action)

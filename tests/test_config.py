@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import CONFIGS, DATA, verl
-from verl_zmq.config import ConfigError, PPOParams, dumps_job, load_job, loads_job
+from verl_zmq.config import ConfigError, PPOParams, build_job, dumps_job, load_job, loads_job
 
 
 def test_seed_example_loads_one_to_one():
@@ -70,7 +70,7 @@ BAD_ENVS = {
     "policy_does_not_fit.toml": "algorithm.policy.dueling",
     "unsupported_space.toml": "Text at obs.x is not supported",
     "too_much_memory.toml": "GiB",
-    "bad_entry_point.toml": "cannot import",
+    "bad_entry_point.toml": "has no 'NoSuchEnv'",
     "dqn_on_continuous.toml": "Pendulum-v1 has Box actions, which dqn does not take",
 }
 
@@ -107,3 +107,28 @@ def test_bad_env_is_refused_by_check(name):
 def test_every_shipped_job_file_loads(path):
     job = load_job(path)
     assert loads_job(dumps_job(job), "resolved") == job
+
+
+def test_replay_mode_follows_the_algorithm_unless_set():
+    base = {"experiment": {"name": "x"}, "environment": {"id": "CartPole-v1"},
+            "training": {"total_timesteps": 1000}}
+    assert build_job({**base, "algorithm": {"name": "dqn"}}).replay.mode == "uniform"
+    assert build_job({**base, "algorithm": {"name": "ppo"}}).replay.mode == "fifo"
+    job = build_job({**base, "algorithm": {"name": "dqn"}, "replay": {"mode": "prioritized"}})
+    assert job.replay.mode == "prioritized"
+
+
+def test_another_algorithms_name_on_a_job_says_what_matters_and_where_to_start():
+    from verl_zmq.ops.checks import config_problem
+
+    ppo = CONFIGS / "cartpole_ppo.toml"
+    with pytest.raises(ConfigError) as e:
+        load_job(ppo, ['algorithm.name="dqn"'])
+    msg = config_problem(e.value)
+    assert msg.startswith('--set algorithm.name="dqn": algorithm.params: ')
+    assert "are ppo's keys, not dqn's" in msg and "configs/cartpole_dqn.toml" in msg
+    with pytest.raises(ConfigError) as e:
+        load_job(ppo, ['algorithm.name="sac"'])
+    msg = config_problem(e.value)  # the action space comes first: sac cannot act here
+    assert "CartPole-v1 has Discrete actions, which sac does not take" in msg, msg
+    assert "start from a sac job (configs/pendulum_sac.toml)" in msg

@@ -13,6 +13,8 @@ import dataclasses
 import os
 import re
 import shlex
+import subprocess
+import sys
 import tomllib
 import typing
 
@@ -140,6 +142,29 @@ def test_the_generated_references_are_current_and_name_every_key():
     ref = (ROOT / "docs" / "reference" / "job-file.md").read_text()
     missing = [k for k in _keys(C.Job, "") if f"`{k}`" not in ref]
     assert not missing, f"the job-file reference lacks {missing}"
+    assert gen.missing_notes() == [], "keys without a note: a comment beside or above each"
+
+
+def test_the_reference_generator_fails_on_a_key_without_a_note(tmp_path):
+    import dataclasses
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_reference",
+                                                  ROOT / "tools" / "gen_reference.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+
+    @dataclasses.dataclass
+    class Planted:
+        noted: int = 1  # a note
+        # a note above
+        above: int = 2
+        bare: int = 3
+
+    assert [r.split("`")[1] for r in gen.table(Planted, "x.") if r.endswith("|  |")] == ["x.bare"]
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_reference.py"), "--check"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr
 
 
 def test_every_metric_key_the_code_logs_is_in_the_glossary():

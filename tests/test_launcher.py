@@ -142,9 +142,9 @@ def test_launcher_refuses_a_used_run_folder_without_resume(tmp_path):
 
 
 def test_restart_policy_backs_off_gives_up_and_forgives_a_long_run(tmp_path):
+    from launcher.fate import restart_delay
     from launcher.plan import Placement
     from launcher.remote import RoleProcess
-    from launcher.supervisor import restart_delay
 
     job = load_job(CONFIGS / "cartpole_ppo.toml", overrides=[
         "launch.max_restarts=3", "launch.restart_backoff_s=1", "launch.restart_window_s=100",

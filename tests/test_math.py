@@ -212,7 +212,10 @@ def test_apex_epsilons():
     from verl_zmq.envs.make import EnvSpec
 
     job = load_job("configs/cartpole_dqn.toml", ['algorithm.params.exploration="apex"'])
-    eps = [DQN(job, EnvSpec((4,), True, 2, ()), worker=(i, 8)).epsilon() for i in range(8)]
+    after = job.algorithm.params.learning_starts  # before: uniform random actions
+    eps = [DQN(job, EnvSpec((4,), True, 2, ()), worker=(i, 8)).epsilon(after)
+           for i in range(8)]
     assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4 ** 8)
     assert eps == sorted(eps, reverse=True)
-    assert DQN(job, EnvSpec((4,), True, 2, ())).epsilon() == pytest.approx(0.4)
+    assert DQN(job, EnvSpec((4,), True, 2, ())).epsilon(after) == pytest.approx(0.4)
+    assert DQN(job, EnvSpec((4,), True, 2, ())).epsilon(after - 1) == 1.0

@@ -97,3 +97,68 @@ def test_the_launchers_view_keeps_no_growing_training_curve(tmp_path):
     bounded.poll()
     assert len(whole.train) > 0 and bounded.train == []
     assert bounded.env_steps == whole.env_steps == 5000
+
+
+def test_a_rate_shows_as_soon_as_the_count_rises_once(tmp_path):
+    now = time.time()
+    events = [{"id": "learner-0", "role": "learner", "event": "first_update", "ts": now},
+              {"id": "learner-0", "role": "learner", "event": "metrics", "ts": now + 2,
+               "learner/env_steps": 4000}]
+    p = Progress(_view(tmp_path, events), 100_000, ["learner-0"])
+    p.launched = now
+    assert "(2,000/s)" in p.line() and "ETA 48s" in p.line()
+
+
+def test_a_finished_trainings_line_says_which_evaluation_runs_and_how_far(tmp_path):
+    now = time.time()
+    events = [{"id": "learner-0", "role": "learner", "event": "first_update", "ts": now},
+              {"id": "learner-0", "role": "learner", "event": "metrics", "ts": now + 1,
+               "learner/env_steps": 1000},
+              {"id": "evaluator-0", "role": "evaluator", "event": "eval_progress",
+               "ts": now + 2, "what": "evaluation", "done": 4, "total": 10, "final": True}]
+    p = Progress(_view(tmp_path, events), 1000, ["learner-0"])
+    assert p.line().endswith("evaluation of the final policy (4/10 episodes)")
+    events.append({"id": "evaluator-0", "role": "evaluator", "event": "eval_progress",
+                   "ts": now + 3, "what": "evaluation", "done": 10, "total": 10})
+    assert Progress(_view(tmp_path, events), 1000, ["learner-0"]).line().endswith("finishing")
+
+
+def test_best_is_what_best_pt_holds_and_the_closing_block_says_so(tmp_path):
+    now = time.time()
+    events = [{"id": "evaluator-0", "role": "evaluator", "event": "evaluated", "ts": now,
+               "env_steps": 1000, "eval/return_mean": 0.95},
+              {"id": "evaluator-0", "role": "evaluator", "event": "best_kept", "ts": now,
+               "env_steps": 1000, "return_mean": 0.92, "episodes": 30}]
+    v = _view(tmp_path, events)
+    assert v.best_return == 0.92 and v.best == (0.92, 1000, 30)
+    summary = {"status": "interrupted", "wall_s": 5.0, "env_steps": 1000,
+               "final_eval_return": 0.95, "best_eval_return": 0.92, "best_eval_episodes": 30,
+               "best_eval_env_steps": 1000, "best_checkpoint": None, "warnings": [],
+               "failed_roles": {}}
+    text = closing_block(summary, tmp_path, "summary.json")
+    assert "best eval 0.92 (best.pt's, on 30 episodes at 1,000 env steps)" in text
+    assert f"verl-launch --resume {tmp_path}" in text  # an interrupted run continues
+
+
+def test_a_roles_error_shows_once_however_many_die_of_it():
+    out = io.StringIO()
+    t = Terminal(out)
+    err = "ValueError: obs['vel']: missing"
+    for i in range(4):
+        for event in ("role_died", "role_died", "role_failed"):
+            t.launcher_event({"level": "warning", "event": event, "member": f"sampler-{i}",
+                              "last_error": err, "exit_code": 1})
+    assert out.getvalue().count(err) == 1, out.getvalue()
+    assert out.getvalue().count("failed for good") == 4
+    t.role_events([{"level": "error", "event": "task_failed", "id": "sampler-0",
+                    "error": err}])
+    assert out.getvalue().count(err) == 1  # the role's own line is the launcher's
+
+
+def test_failed_roles_with_one_error_are_listed_together(tmp_path):
+    summary = {"status": "failed", "wall_s": 4.0, "env_steps": 0, "final_eval_return": None,
+               "best_eval_return": None, "best_checkpoint": None, "warnings": [],
+               "failed_roles": {f"sampler-{i}": "ValueError: bad" for i in range(3)}}
+    text = closing_block(summary, tmp_path, "summary.json")
+    assert "failed for good: sampler-0, sampler-1, sampler-2\n    ValueError: bad" in text
+    assert text.count("ValueError: bad") == 1

@@ -71,6 +71,16 @@ class TopCapture:
                 return
             self.chunks.append(data)
 
+    def quit(self) -> tuple[str, bool]:
+        """Press q: (the screen output, whether top exited on its own within 10 s)."""
+        os.write(self.master, b"q")
+        try:
+            self.proc.wait(10)
+            quit_ok = True
+        except subprocess.TimeoutExpired:
+            quit_ok = False
+        return self.stop(), quit_ok
+
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGINT)
         try:
@@ -95,7 +105,7 @@ def resumed_run(tmp_path_factory):
     first = _start(run, lo, hi, "--run-dir", str(run), target=1000.0)
     wait_for(lambda: (run / "logs").is_dir(), 60, what="the run folder")
     top = TopCapture(run)  # the dashboard follows the live job meanwhile
-    top_text, killed = "", {}
+    top_text, killed, top_quit = "", {}, False
     try:
         # kill -9 the shard once a periodic snapshot holds data; it must come back with it
         snap = wait_for(lambda: [e for e in _events(run, "replay-0", "replay_snapshot")
@@ -111,7 +121,7 @@ def resumed_run(tmp_path_factory):
             m = _events(run, "learner-0", "metrics")
             return m and m[-1]["learner/env_steps"] >= STOP_AT
         wait_for(steps, 240, what=f"learner past {STOP_AT} env steps")
-        top_text = top.stop()
+        top_text, top_quit = top.quit()
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=120)
     finally:
@@ -131,7 +141,8 @@ def resumed_run(tmp_path_factory):
     finally:
         kill_tree(second)
     return {"run": run, "stopped": stopped, "killed": killed, "rc": second.returncode,
-            "stderr": err, "top": top_text, "n_restored_before_resume": n_restored,
+            "stderr": err, "top": top_text, "top_quit": top_quit,
+            "n_restored_before_resume": n_restored,
             "t_second": t_second}
 
 
@@ -190,6 +201,18 @@ def test_verl_top_shows_every_role_and_rising_env_steps(resumed_run):
         assert p["member_id"] in text, (p["member_id"], text[-3000:])
     steps = [int(x.replace(",", "")) for x in re.findall(r"env steps ([\d,]+)", text)]
     assert len(steps) >= 3 and steps[-1] > steps[0], steps
+
+
+@pytest.mark.timeout(900)
+def test_verl_top_quits_on_q_and_by_itself_once_the_run_has_ended(resumed_run):
+    assert resumed_run["top_quit"], resumed_run["top"][-2000:]
+    top = TopCapture(resumed_run["run"])  # the run is over: its summary.json is written
+    try:
+        top.proc.wait(15)
+    finally:
+        text = top.stop()
+    assert top.proc.returncode == 0, text[-2000:]
+    assert "ended" in text
 
 
 @pytest.mark.timeout(900)

@@ -89,3 +89,24 @@ def test_samplers_explore_apart_from_identical_weights():
     obs = np.zeros((256, 4), np.float32)
     a0, a1 = (a.act(obs)[0] for a in algos)  # epsilon 1: all random, drawn apart
     assert (a0 != a1).mean() > 0.3
+
+
+def test_info_numbers_are_taken_where_episodes_end_by_samplers_and_evaluations():
+    """`logging.info_keys` (is_success by default): the value the env reports at an
+    episode's last step, one per episode, for samplers and evaluations alike."""
+    from verl_zmq.policy.evaluate import evaluate
+
+    job, _, algo, col = _collector(['environment.id="tests.envs:Counting"',
+                                    "sampling.fragment_length=25"])
+    a, _ = col.collect()  # 2 envs x 25 steps: 4 episodes of 10 end
+    taken = col.infos_taken()
+    assert len(taken["is_success"]) == len(a["ep_return"]) == 4
+    assert set(taken["is_success"]) <= {0.0, 1.0} and col.infos_taken() == {}
+    infos: dict = {}
+    seen = []
+    rets = evaluate(algo, job, None, 3, 0, infos=infos, progress=lambda d, n: seen.append(d))
+    assert len(rets) == 3 and len(infos["is_success"]) == 3 and seen[-1] == 3
+    job, _, algo, col = _collector(['environment.id="tests.envs:Counting"',
+                                    "logging.info_keys=[]"])
+    col.collect()
+    assert col.infos_taken() == {}

@@ -7,6 +7,8 @@ files under docs/reference/ are this output.
     python tools/gen_reference.py            # print the job-file reference
     python tools/gen_reference.py --cli      # print the command-line reference
     python tools/gen_reference.py --write    # rewrite both files between their markers
+    python tools/gen_reference.py --missing  # the keys without a note (there must be none)
+    python tools/gen_reference.py --check    # exit 1 while a key has no note
 """
 
 from __future__ import annotations
@@ -35,12 +37,30 @@ def _type(tp) -> str:
 
 
 def _notes(cls) -> dict[str, str]:
-    out = {}
+    """Each field's note: its line's trailing comment, else the comment lines
+    right above it (joined); a field inherited from a base class, the base's."""
+    out: dict[str, str] = {}
+    for base in reversed(cls.__mro__[1:]):
+        if dataclasses.is_dataclass(base):
+            out.update(_notes(base))
+    above: list[str] = []
     for line in inspect.getsource(cls).splitlines():
-        m = re.match(r"\s+(\w+):.*#\s*(.+)$", line)
-        if m:
-            out[m.group(1)] = m.group(2).strip()
+        if re.match(r"\s+#", line):
+            above.append(line.strip().lstrip("#").strip())
+            continue
+        m = re.match(r"\s+(\w+):[^#]*?(?:#\s*(.+))?$", line)
+        if m and not line.strip().startswith(("def ", "@", '"')):
+            note = m.group(2) or " ".join(above)
+            if note:
+                out[m.group(1)] = note.strip()
+        above = []
     return out
+
+
+def missing_notes() -> list[str]:
+    """Keys of the job file whose reference row has no note."""
+    return [row.split("`")[1] for row in render().splitlines()
+            if row.startswith("| `") and row.rstrip().endswith("|  |")]
 
 
 def _default(f) -> str:
@@ -116,6 +136,16 @@ def main() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
+    if sys.argv[1:] == ["--missing"]:
+        print("\n".join(missing_notes()))
+        return
+    if missing := missing_notes():
+        print(f"error: job-file keys without a note: {', '.join(sorted(set(missing)))}; "
+              f"write one in a comment beside the field (or above it) in "
+              f"verl_zmq/config/", file=sys.stderr)
+        sys.exit(1)
+    if sys.argv[1:] == ["--check"]:
+        return
     if sys.argv[1:] == ["--write"]:
         for rel, fn in FILES.items():
             path = root / rel

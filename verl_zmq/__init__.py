@@ -2,9 +2,10 @@
 
 From Python: `verl_zmq.train(job, hosts="local", overrides=None) -> Run`,
 `verl_zmq.load_policy(path)` and `verl_zmq.evaluate(path, episodes=10)`
-(`verl_zmq/api.py`). This module and `verl_zmq.config` import nothing heavy:
-the launcher reads job files through them and must start in a fraction of a
-second, so the entry points are imported when first used.
+(`verl_zmq/api.py`), and callbacks (`verl_zmq/callbacks.py`). This module and
+`verl_zmq.config` import nothing heavy: the launcher reads job files through them
+and must start in a fraction of a second, so the entry points are imported when
+first used.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Run", "Policy", "train", "load_policy", "evaluate", "__version__"]
+__all__ = ["Run", "Policy", "train", "load_policy", "evaluate", "Callback", "RunState",
+           "StopOnReturn", "StopOnNoImprovement", "__version__"]
+CALLBACKS = ("Callback", "RunState", "StopOnReturn", "StopOnNoImprovement")
 
 
 def __getattr__(name: str) -> Any:
@@ -20,4 +23,8 @@ def __getattr__(name: str) -> Any:
         from . import api
 
         return getattr(api, name)
+    if name in CALLBACKS:
+        from . import callbacks
+
+        return getattr(callbacks, name)
     raise AttributeError(f"module 'verl_zmq' has no attribute {name!r}")

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
+from .callbacks import Callback
 from .config import ConfigError, Job, build_job, toml_value
 from .config.loading import apply_override
 
-JobLike = str | Path | Mapping[str, Any] | Job
+JobLike = str | Path | Mapping[str, Any] | Job | None
 
 
 def as_overrides(overrides: Mapping[str, Any] | None) -> list[str]:
@@ -82,21 +83,28 @@ def _job(job: JobLike, overrides: list[str]) -> tuple[Job | None, str | None]:
 
 def train(job: JobLike, hosts: str = "local", overrides: Mapping[str, Any] | None = None,
           run_dir: str | Path | None = None, verbose: bool = False,
-          console: IO[str] | None = None) -> Run:
+          console: IO[str] | None = None, callbacks: Sequence[Callback] = (),
+          check_env: bool = True, resume: str | Path | None = None) -> Run:
     """Train `job` (a job file's path, a dict of sections, or a loaded Job) on
     `hosts` ("local", a hosts file's path, or "slurm" inside an allocation), with
-    `overrides` ({"section.key": value}); blocks until the job ends. Raises
-    ValueError for a job, hosts or override that cannot start; a job that
-    starts and fails is a Run with status "failed"."""
+    `overrides` ({"section.key": value}); blocks until the job ends. Works in a
+    script, a notebook (a running event loop) and a thread; a KeyboardInterrupt
+    (a notebook's interrupt) stops the job cleanly. `callbacks` run in this process
+    as it trains (`verl_zmq.callbacks`); `check_env` False skips stepping the env
+    before the start; `resume` continues a stopped run's folder (`job` then may be
+    None). Raises ValueError for a job, hosts or override that cannot start; a job
+    that starts and fails is a Run with status "failed"."""
     from launcher import launch
 
     items = as_overrides(overrides)
     try:
-        built, path = _job(job, items)
-        j, rd, plan = launch.load(path, hosts, items, str(run_dir) if run_dir else None,
-                                  None, job=built)
+        built, path = _job(job, items) if job is not None else (None, None)
+        j, rd, plan = launch.load(path, None if resume else hosts, items,
+                                  str(run_dir) if run_dir else None,
+                                  str(resume) if resume else None, job=built)
         done = launch.run(j, path or "<job>", rd, plan, verbose=verbose,
-                          console=console or sys.stderr, overrides=items)
+                          console=console or sys.stderr, overrides=items,
+                          callbacks=callbacks, check_env=check_env)
     except (ConfigError, launch.LaunchError) as e:
         raise ValueError(str(e)) from None
     return Run(done.run_dir, done.exit_code, done.summary)

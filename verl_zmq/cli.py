@@ -130,13 +130,15 @@ def _stand_by(role: str, registry: str, member_id: str | None, run_dir: str | No
 @click.option("--set", "overrides", multiple=True, help="Override a job key: section.key=value.")
 @click.option("--run-dir", default=None, type=click.Path(file_okay=False),
               help="Run folder (default: runs/<name>/<stamp>).")
-def run(job_path, overrides, run_dir):
+@click.option("--no-env-check", "no_env_check", is_flag=True,
+              help="Do not reset and step the env before starting (it is still built).")
+def run(job_path, overrides, run_dir, no_env_check):
     """Run every role of JOB as tasks in this process over inproc:// (for debugging)."""
     job = _load(job_path, overrides)
     from .ops.checks import job_problem
     from .runner import run_inproc
 
-    if why := job_problem(job, job_path, overrides):
+    if why := job_problem(job, job_path, overrides, probe_steps=0 if no_env_check else None):
         fail(why)
     rd = Path(run_dir) if run_dir else _stamp_dir(job)
     click.echo(f"run folder: {rd}", err=True)
@@ -220,15 +222,22 @@ def check(job_path, overrides, quiet):
 @main.command()
 @click.argument("run_dir", metavar="RUN_DIR", type=click.Path(exists=True, file_okay=False))
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines as they come.")
-@click.option("--role", "roles", multiple=True, type=click.Choice(ROLES),
-              help="Only these roles (repeatable).")
+@click.option("--role", "roles", multiple=True,
+              help="Only these roles or members: a role name (sampler) or a member id "
+                   "(sampler-2, launcher); repeatable.")
 @click.option("--level", default=None, type=click.Choice(["debug", "info", "warning", "error"]),
               help="Only this level and above.")
 @click.option("--event", "events", multiple=True, help="Only these events (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines, not readable ones.")
 def logs(run_dir, follow, roles, level, events, as_json):
     """Merge the JSON logs of every role in RUN_DIR by time, and tail them."""
-    from .ops.logview import LogFilter, show
+    from .ops.logview import LogFilter, members, show
+
+    known = set(ROLES) | members(Path(run_dir))
+    for r in roles:
+        if r not in known:
+            fail(f"--role {r}: neither a role ({', '.join(ROLES)}) nor a member of this run "
+                 f"({', '.join(sorted(known - set(ROLES)))})")
 
     show(Path(run_dir), LogFilter(roles=set(roles), level=level, events=set(events)),
          follow=follow, as_json=as_json)

@@ -11,9 +11,13 @@ from ..replay.transitions import after, windows
 
 
 def epsilon(params: Any, worker_index: int, num_workers: int, env_steps: int) -> float:
-    """DQN's epsilon: Ape-X's per-sampler constant eps^(1 + alpha i / (n - 1)), or
-    annealed linearly from eps_start to eps_end over eps_decay_steps env steps."""
+    """DQN's epsilon: 1 (uniform random actions) for the job's first
+    `learning_starts` env steps, as Stable-Baselines3's DQN acts; then Ape-X's
+    per-sampler constant eps^(1 + alpha i / (n - 1)), or annealed linearly from
+    eps_start to eps_end over eps_decay_steps env steps."""
     p = params
+    if env_steps < p.learning_starts:
+        return 1.0
     if p.exploration == "apex":
         i, n = worker_index, num_workers
         return float(p.apex_eps ** (1 + p.apex_alpha * i / (n - 1)) if n > 1 else p.apex_eps)

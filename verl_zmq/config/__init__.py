@@ -3,12 +3,14 @@
 Every key has a type and a default; unknown keys, wrong types and bad values
 fail at load with the file, the dotted key, what was expected and, for
 misspelt keys, a did-you-mean. Imports nothing heavy (the launcher uses it).
-`sections` holds the dataclasses (`algo_params` those of `[algorithm.params]`),
+`sections` holds the dataclasses (`deployment` those of `[launch]`, `[resources]` and
+`[security]`; `algo_params` those of `[algorithm.params]`),
 `loading` reads and converts them, `checks` the semantic checks, `writing` the
 TOML writer.
 """
 
 from .algo_params import ALGO_PARAMS, DAPOParams, DQNParams, GRPOParams, PPOParams, SACParams
+from .deployment import K8s, Launch, Resources, RoleResources, Security
 from .loading import apply_override, build_job, load_job, loads_job, parse_override
 from .sections import (
     REQUIRED_SECTIONS,
@@ -21,15 +23,10 @@ from .sections import (
     Experiment,
     Gossip,
     Job,
-    K8s,
-    Launch,
     Logging,
     Policy,
     Replay,
-    Resources,
-    RoleResources,
     Sampling,
-    Security,
     Training,
 )
 from .writing import dumps_job, dumps_toml, job_to_dict, toml_value

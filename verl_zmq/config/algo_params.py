@@ -17,20 +17,20 @@ GroupEstimator = Literal["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_
 class PPOParams:
     """PPO hyper-parameters (Schulman et al. 2017)."""
 
-    learning_rate: float = 3e-4
-    lr_schedule: Literal["constant", "linear"] = "constant"
+    learning_rate: float = 3e-4  # Adam's step size
+    lr_schedule: Literal["constant", "linear"] = "constant"  # linear: to 0 at the budget
     batch_size: int = 512  # env steps per update
-    minibatch_size: int = 64
-    n_epochs: int = 10
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_range: float = 0.2
-    clip_schedule: Literal["constant", "linear"] = "constant"
+    minibatch_size: int = 64  # env steps (or whole responses) per gradient step
+    n_epochs: int = 10  # passes over each batch
+    gamma: float = 0.99  # discount
+    gae_lambda: float = 0.95  # GAE's lambda (1: Monte Carlo returns, 0: one-step TD)
+    clip_range: float = 0.2  # the ratio pi/pi_old is clipped to 1 +- clip_range
+    clip_schedule: Literal["constant", "linear"] = "constant"  # linear: to 0 at the budget
     clip_range_vf: float = 0.0  # 0: no value clipping
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    normalize_advantage: bool = True
+    ent_coef: float = 0.0  # weight of the entropy bonus
+    vf_coef: float = 0.5  # weight of the value loss
+    max_grad_norm: float = 0.5  # gradients are clipped to this global norm
+    normalize_advantage: bool = True  # per minibatch, to mean 0 and std 1
     target_kl: float = 0.0  # 0: no early stop on KL
     vtrace: bool = False  # V-trace targets and advantages: stale fragments are corrected
     vtrace_rho_bar: float = 1.0  # truncation of the importance weights in the targets/PG
@@ -44,14 +44,14 @@ class PPOParams:
     # the coefficient fixed, or "adaptive": moved towards `kl_target` over `kl_horizon`
     # responses (steps) as verl's kl_ctrl
     kl_ctrl: Literal["fixed", "adaptive"] = "fixed"
-    kl_target: float = 0.1
-    kl_horizon: float = 10000.0
+    kl_target: float = 0.1  # kl_ctrl = "adaptive": the KL the coefficient steers towards
+    kl_horizon: float = 10000.0  # kl_ctrl = "adaptive": responses (steps) to get there
     # how per-step losses become one (algos/core.py's aggregations): "token-mean" (=
     # "step-mean"), "seq-mean-token-sum", "seq-mean-token-mean" (per episode or
     # response), "seq-mean-token-sum-norm" (sums over `loss_scale_factor`, 0: the
     # longest response or the fragment length), "fragment-mean"
     loss_agg: LossAgg = "token-mean"
-    loss_scale_factor: float = 0.0
+    loss_scale_factor: float = 0.0  # "seq-mean-token-sum-norm"'s divisor; 0: see loss_agg
     clip_ratio_c: float = 0.0  # > 1: dual-clip PPO's bound on negative advantages (verl: 3)
     # recurrent policies: the steps of one training sequence (a chunk of a fragment,
     # which starts from the state its sampler shipped); 0: the whole fragment
@@ -62,33 +62,34 @@ class PPOParams:
 class DQNParams:
     """DQN hyper-parameters (double DQN, optional dueling, n-step)."""
 
-    learning_rate: float = 1e-3
+    learning_rate: float = 1e-3  # Adam's step size
     lr_schedule: Literal["constant", "linear"] = "constant"  # linear: to 0 at the budget
-    batch_size: int = 64
-    gamma: float = 0.99
-    n_step: int = 1
-    target_update_interval: int = 500
-    tau: float = 1.0
-    learning_starts: int = 1_000
+    batch_size: int = 64  # transitions per update
+    gamma: float = 0.99  # discount
+    n_step: int = 1  # n-step returns, computed by the shards
+    target_update_interval: int = 500  # updates between two target-network updates
+    tau: float = 1.0  # target update: theta' <- tau theta + (1 - tau) theta' (1: a copy)
+    learning_starts: int = 1_000  # the job's first env steps act uniformly at random
+    # epsilon-greedy: annealed from eps_start to eps_end, or Ape-X's fixed per-sampler ones
     exploration: Literal["annealed", "apex"] = "annealed"
-    eps_start: float = 1.0
-    eps_end: float = 0.05
-    eps_decay_steps: int = 10_000
-    apex_eps: float = 0.4
-    apex_alpha: float = 7.0
-    max_grad_norm: float = 10.0
+    eps_start: float = 1.0  # annealed: the first epsilon
+    eps_end: float = 0.05  # annealed: the last epsilon
+    eps_decay_steps: int = 10_000  # annealed: env steps from eps_start to eps_end
+    apex_eps: float = 0.4  # apex: sampler i of N acts with apex_eps ^ (1 + apex_alpha i/(N-1))
+    apex_alpha: float = 7.0  # apex: see apex_eps
+    max_grad_norm: float = 10.0  # gradients are clipped to this global norm
 
 
 @dataclass(frozen=True)
 class SACParams:
     """SAC hyper-parameters (Haarnoja et al. 2018, automatic entropy)."""
 
-    learning_rate: float = 3e-4
-    batch_size: int = 256
-    gamma: float = 0.99
-    tau: float = 0.005
+    learning_rate: float = 3e-4  # Adam's step size (actor, critics, temperature)
+    batch_size: int = 256  # transitions per update
+    gamma: float = 0.99  # discount
+    tau: float = 0.005  # target critics: theta' <- tau theta + (1 - tau) theta'
     learning_starts: int = 1_000  # env steps of random actions (uniform; tanh of coloured noise)
-    init_alpha: float = 1.0
+    init_alpha: float = 1.0  # the entropy temperature at the start
     autotune_alpha: bool = True  # false: the temperature stays at init_alpha
     target_entropy: float = 0.0  # 0: -dim(action)
     noise_beta: float = 0.0  # acting noise's spectrum 1/f^beta: 0 white, 1 pink (persists)
@@ -99,12 +100,14 @@ class SACParams:
 class DAPOParams(PPOParams):
     """DAPO local update: PPO with decoupled clip and dynamic sampling."""
 
-    clip_low: float = 0.2
-    clip_high: float = 0.28
+    clip_low: float = 0.2  # the ratio is clipped to [1 - clip_low, 1 + clip_high]
+    clip_high: float = 0.28  # (decoupled: a higher ceiling keeps rare actions learning)
     loss_agg: LossAgg = "step-mean"
+    # drop fragments whose advantages are all within dynamic_tolerance of each other
+    # (no learning signal) and draw more, up to max_fill_batches batches
     dynamic_sampling: bool = False
-    dynamic_tolerance: float = 1e-6
-    max_fill_batches: int = 4
+    dynamic_tolerance: float = 1e-6  # see dynamic_sampling
+    max_fill_batches: int = 4  # see dynamic_sampling
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,8 @@ class GRPOParams(PPOParams):
     normalize_advantage: bool = False  # the group already normalises
     vf_coef: float = 0.0
     max_grad_norm: float = 1.0
-    clip_low: float = 0.2  # the decoupled clip of DAPO (Yu et al. 2025)
-    clip_high: float = 0.28
+    clip_low: float = 0.2  # the decoupled clip of DAPO (Yu et al. 2025): [1 - low, 1 + high]
+    clip_high: float = 0.28  # see clip_low
     std_normalize: bool = True  # divide by the group's std; false as in Dr. GRPO
     loss_agg: LossAgg = "token-mean"
     kl_estimator: KLEstimator = "k3"
@@ -131,11 +134,11 @@ class GRPOParams(PPOParams):
     # verl's DAPO recipe: drop groups whose scores are all equal and draw more
     # fragments until the batch is full (at most `max_fill_batches` draws) ...
     filter_groups: bool = False
-    max_fill_batches: int = 4
+    max_fill_batches: int = 4  # see filter_groups
     # ... and punish responses longer than max_response - overlong_buffer_len
     # tokens, linearly down to -overlong_penalty_factor at max_response (0: off)
     overlong_buffer_len: int = 0
-    overlong_penalty_factor: float = 1.0
+    overlong_penalty_factor: float = 1.0  # see overlong_buffer_len
 
 
 ALGO_PARAMS: dict[str, type] = {

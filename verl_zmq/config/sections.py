@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .roles import TRAINER_ROLES
+from .deployment import Launch, Resources, Security
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -25,7 +25,7 @@ class Experiment:
 
     name: str = "verl"  # the run folder is runs_dir/name/<stamp>
     seed: int = 0  # seeds envs (with sampler and env index), networks, evaluation
-    runs_dir: str = "runs"
+    runs_dir: str = "runs"  # where run folders go (relative to the folder launched from)
 
 
 @dataclass(frozen=True)
@@ -82,12 +82,14 @@ class Replay:
     mode: Literal["auto", "fifo", "uniform", "prioritized"] = "auto"
     capacity: int = 100_000  # transitions per shard
     when_full: Literal["block", "drop_oldest"] = "block"  # block: samplers wait (backpressure)
-    alpha: float = 0.6
-    beta: float = 0.4
-    beta_anneal_steps: int = 100_000
-    priority_eps: float = 1e-6
+    alpha: float = 0.6  # prioritized: how strongly priorities shape sampling (0: uniform)
+    beta: float = 0.4  # prioritized: importance-weight exponent at the start, annealed to 1
+    beta_anneal_steps: int = 100_000  # env steps over which beta rises to 1
+    priority_eps: float = 1e-6  # added to |TD error| so no transition has priority 0
     samples_per_insert: float = 0.0  # 0: no replay-ratio limiter
-    min_size_to_sample: int = 1_000
+    min_size_to_sample: int = 1_000  # transitions a shard holds before it serves a batch
+    # the replay-ratio limiter's slack: samples per insert may stray this far from
+    # samples_per_insert before sampling or inserting waits (Reverb's error_buffer)
     error_buffer: float = 0.0
     # a snapshot of the buffer every so often (and on stop), so a shard killed with -9
     # comes back with what it held but one interval's inserts; 0: only on stop. A
@@ -107,28 +109,29 @@ class Policy:
     kind: Literal["mlp", "transformer", "hf"] = "mlp"
     # image observations: a convolutional encoder before the heads (pixels/cnn.py)
     encoder: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    activation: Literal["tanh", "relu"] = "tanh"
-    shared_trunk: bool = False
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # MLP layer widths
+    activation: Literal["tanh", "relu"] = "tanh"  # of the hidden layers
+    shared_trunk: bool = False  # actor and critic share their hidden layers
     d_model: int = 64  # transformer: width, layers, attention heads
-    n_layers: int = 2
-    n_heads: int = 4
-    log_std_init: float = 0.0
-    dueling: bool = False
+    n_layers: int = 2  # transformer layers
+    n_heads: int = 4  # transformer attention heads
+    log_std_init: float = 0.0  # Box actions: the Gaussian's initial log standard deviation
+    dueling: bool = False  # dqn: a dueling head (value and advantage streams)
     # memory (ppo, dapo): an LSTM or GRU core after the encoder; samplers carry its
     # state per env and ship each fragment's initial state
     recurrent: Literal["", "lstm", "gru"] = ""
-    recurrent_size: int = 64
+    recurrent_size: int = 64  # the LSTM or GRU state's width
     # kind = "hf": a local model folder, or an inline config (`model_type` and its
     # sizes: a model built with random weights); the tokenizer a folder, "chars"
     # (built in), or "" for the model folder's own
     path: str = ""
-    config: dict = field(default_factory=dict)
-    tokenizer: str = ""
+    config: dict = field(default_factory=dict)  # kind = "hf": a model built from this config
+    tokenizer: str = ""  # kind = "hf": a folder, "chars", or "" for the model's own
     # LoRA (peft): adapters of this rank on `target_modules`; samplers receive the
     # adapters only, and the reference is the model with its adapters disabled
     lora_rank: int = 0
-    lora_alpha: int = 16
+    lora_alpha: int = 16  # LoRA scaling: the adapters' output times lora_alpha / lora_rank
+    # modules given adapters (names as the model calls them)
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
 
 
@@ -146,7 +149,7 @@ class BehaviourCloning:
 class Algorithm:
     """Which algorithm, its hyper-parameters and its policy network."""
 
-    name: Literal["ppo", "dqn", "sac", "dapo", "grpo"] = "ppo"
+    name: Literal["ppo", "dqn", "sac", "dapo", "grpo"] = "ppo"  # chooses [algorithm.params]
     params: Any = None  # the algorithm's params dataclass, chosen by `name`
     policy: Policy = field(default_factory=Policy)
     bc: BehaviourCloning = field(default_factory=BehaviourCloning)
@@ -178,7 +181,10 @@ class Logging:
     """Metrics cadence and log level."""
 
     interval_s: float = 5.0  # every role logs a metrics event this often
-    level: Literal["debug", "info", "warning", "error"] = "info"
+    level: Literal["debug", "info", "warning", "error"] = "info"  # every role's log level
+    # numbers from the env's `info` charted per episode (the value where an episode ends,
+    # averaged over episodes): samplers' `sampler/info/<key>`, the evaluator's `eval/<key>`
+    info_keys: list[str] = field(default_factory=lambda: ["is_success"])
 
 
 @dataclass(frozen=True)
@@ -218,14 +224,17 @@ class Checkpoint:
 class Gossip:
     """Decentralised peers: neighbour choice, async mixing, compression."""
 
-    neighbor_count: int = 2
-    update_interval: int = 5
+    neighbor_count: int = 2  # pull mixing: neighbours exchanged with per round
+    update_interval: int = 5  # pull mixing: local updates between two exchanges
+    # pull mixing: how neighbours are chosen (random, by recent reward, or by topology)
     selection_strategy: Literal["random", "reward_based", "topology"] = "random"
+    # selection_strategy = "topology" (and the rounds beyond 8 peers): the graph
     topology: Literal["ring", "exponential"] = "ring"
-    temperature: float = 1.0
-    max_queue_size: int = 8
+    temperature: float = 1.0  # reward_based selection and reward_softmax mixing: softmax's
+    max_queue_size: int = 8  # pull mixing: received parameters kept, best priority first
+    # pull mixing: the queue's order: "reward", "recency" or a module:function
     priority_fn: str = "reward"
-    sync_interval: int = 5
+    sync_interval: int = 5  # updates between two parameter mixes (rounds, or the queue's)
     # gradients: average every minibatch's gradient with all neighbours (DD-PPO), and
     # parameters as "exact" does; exact: every sync_interval updates, average
     # parameters with all neighbours (rounds); else mix what pulls brought, uniform
@@ -235,83 +244,12 @@ class Gossip:
 
     round_deadline_s: float = 0.0  # a round waits this long for a peer; 0: heartbeats
     share_batch: bool = True  # batch, steps and eval interval are the group's: 1/peers each
-    mix_rate: float = 0.5
+    mix_rate: float = 0.5  # pull mixing: a in theta <- (1 - a) theta + a sum_j w_j theta_j
+    # pull mixing: received parameters older than this many updates are not mixed in
     staleness_updates: int = 50
+    # pull mixing: how parameters travel (fp16, ternary, or the largest deltas)
     compression: Literal["none", "fp16", "terngrad", "topk_delta"] = "none"
-    topk_fraction: float = 0.05
-
-
-@dataclass(frozen=True)
-class Security:
-    """CURVE: "auto" (and true) is on for every job the launcher starts, local ones
-    too; false turns it off (with a warning). A role started by hand joins a CURVE
-    job with `--keys RUN_DIR/keys.json`; true makes it refuse to start without."""
-
-    curve: bool | str = "auto"  # auto/true: CURVE on every launched job; false: off
-
-
-@dataclass(frozen=True)
-class K8s:
-    """What `verl-launch k8s` writes into the manifests besides the job."""
-
-    image: str = "verl-zmq:latest"  # an image with verl-zmq installed (tools/Containerfile)
-    pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-    namespace: str = "default"
-    service_account: str = ""  # empty: the namespace's default
-    node_selector: dict = field(default_factory=dict)  # e.g. {"kubernetes.io/arch" = "amd64"}
-    volume: str = ""  # a PersistentVolumeClaim for the run folder; empty: each pod's own
-    ttl_s: int = 3600  # finished Jobs (and their pods) are deleted after this; 0: kept
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How many of each role, ports, liveness, restarts, remote start."""
-
-    replay_shards: int = 1
-    learners: int = 1
-    evaluators: int = 1  # 0: none (the learner then stops the job itself)
-    peers: int = 0  # dapo: learner peers, each with its own group
-    port_range: list[int] = field(default_factory=lambda: [29500, 29999])  # roles bind here
-    registry_port: int = 0  # 0: the first port of port_range
-    heartbeat_interval_s: float = 1.0
-    heartbeat_liveness: int = 3  # missed heartbeats before a member counts as dead
-    max_restarts: int = 3  # per role process, with exponential backoff
-    max_restarts_per_role: dict = field(default_factory=dict)  # e.g. {sampler = 10}
-    restart_backoff_s: float = 1.0  # the first restart is at once; then this, doubling to 60 s
-    restart_window_s: float = 600.0  # up this long: the role's restart budget starts afresh
-    standby: list[str] = field(default_factory=lambda: list(TRAINER_ROLES))  # warm spares
-    fork_server: bool = True  # local roles forked from one warm process (imports once)
-    grace_s: float = 10.0  # between SIGTERM and SIGKILL when stopping
-    python: str = ""  # interpreter on remote hosts (default python3)
-    workdir: str = ""  # cd here on remote hosts before starting a role
-    ssh_options: list[str] = field(default_factory=list)  # extra ssh arguments
-    k8s: K8s = field(default_factory=K8s)  # verl-launch k8s: image, namespace, volume
-
-    @property
-    def liveness_timeout_s(self) -> float:
-        """How long a member may stay silent before it counts as dead."""
-        return self.heartbeat_interval_s * self.heartbeat_liveness
-
-
-@dataclass(frozen=True)
-class RoleResources:
-    """What one role may use: threads, memory ("2GB"), GPUs, CPU priority."""
-
-    cpu: int = 0  # threads; a learner's or peer's cores of its own (affinity); 0: default
-    memory: str = ""  # empty: no limit
-    gpu: int = 0
-    nice: int = 0  # 0-19: yield shared cores (samplers of a learner-bound job: learner first)
-
-
-@dataclass(frozen=True)
-class Resources:
-    """Per-role resources, as the seed's `resources` section."""
-
-    learner: RoleResources = field(default_factory=RoleResources)
-    sampler: RoleResources = field(default_factory=RoleResources)
-    replay: RoleResources = field(default_factory=RoleResources)
-    evaluator: RoleResources = field(default_factory=RoleResources)
-    peer: RoleResources = field(default_factory=RoleResources)
+    topk_fraction: float = 0.05  # compression = "topk_delta": the share of entries sent
 
 
 REQUIRED_SECTIONS = ("experiment", "environment", "algorithm", "training")

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from ..config import ConfigError, Job
 from ..config.loading import blame_override
 
+PROBE_HANG_S = 30.0  # an env that has not answered the check's reset or step by then hangs
+
 
 def config_problem(e: ConfigError) -> str:
     """A job file's error as a user should read it: where `--set algorithm.name`
@@ -93,29 +95,48 @@ def check_job(job: Job, networks: bool = True, probe_steps: int | None = None) -
 
 def env_problems(job: Job, steps: int | None = None) -> list[str]:
     """The env reset and stepped at random as a sampler would (`contract.probe`):
-    what it raised, or how an answer broke gymnasium's API, as one sentence."""
+    what it raised, or how an answer broke gymnasium's API, as one sentence. An
+    env that may hang or crash (`environment.step_timeout_s` > 0) is left to its
+    guarded samplers; any other gets `PROBE_HANG_S` to answer at all."""
+    import threading
+
     from ..envs.contract import PROBE_STEPS, ContractError, probe
     from ..envs.make import EnvError, make_env
 
     cfg = job.environment
+    if cfg.step_timeout_s > 0:
+        return []
     try:
         env = make_env(cfg)
     except EnvError as e:
         return [str(e)]
-    try:
-        probe(env, job.experiment.seed, PROBE_STEPS if steps is None else steps)
-    except ContractError as e:
-        return [str(e)]
-    except Exception as e:  # the user's env raised: its own words, and what to do
-        return [f"environment {cfg.id!r}: {type(e).__name__}: {e} (raised while it was "
-                f"reset and stepped with random actions by the check); fix the env, or if "
-                f"it fails only now and then set environment.step_timeout_s > 0: its envs "
-                f"then run in worker processes and one that fails is made anew "
-                f"(environment.max_env_failures)"]
-    finally:
-        with contextlib.suppress(Exception):
-            env.close()
-    return []
+    out: list[str] = []
+
+    def run() -> None:
+        try:
+            probe(env, job.experiment.seed, PROBE_STEPS if steps is None else steps)
+        except ContractError as e:
+            out.append(str(e))
+        except Exception as e:  # the user's env raised: its own words, and what to do
+            out.append(f"environment {cfg.id!r}: {type(e).__name__}: {e} (raised while it "
+                       f"was reset and stepped with random actions by the check); fix the "
+                       f"env, or if it fails only now and then set environment.step_timeout_s "
+                       f"> 0: its envs then run in worker processes and one that fails is "
+                       f"made anew (environment.max_env_failures)")
+        finally:
+            with contextlib.suppress(Exception):
+                env.close()
+
+    # a thread: an env that never answers must not hang the check (it stays behind)
+    t = threading.Thread(target=run, name="env-check", daemon=True)
+    t.start()
+    t.join(PROBE_HANG_S)
+    if t.is_alive():
+        return [f"environment {cfg.id!r}: no answer from reset() or step() within "
+                f"{PROBE_HANG_S:.0f} s while the check stepped it; an env that can hang "
+                f"needs environment.step_timeout_s > 0 (its envs then run in worker "
+                f"processes, and one that hangs is made anew)"]
+    return out
 
 
 def _memory_problems(job: Job, spec) -> list[str]:

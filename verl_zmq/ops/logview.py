@@ -28,6 +28,11 @@ class LogFilter:
         return not (self.events and ev.get("event") not in self.events)
 
 
+def members(run_dir: Path) -> set[str]:
+    """The member ids that have a log in the run folder (and "launcher")."""
+    return {p.stem for p in (run_dir / "logs").glob("*.jsonl")}
+
+
 class _Tail:
     """Reads the complete lines appended to one file since the last call."""
 

@@ -45,6 +45,10 @@ class RunView:
     finished: bool = False
     trained: set[str] = field(default_factory=set)  # trainers that logged `first_update`
     dropped: int = 0  # fragments the learners dropped for lag (max over them)
+    # what best.pt holds, as the evaluator kept it: (mean return, env steps, episodes)
+    best: tuple[float, int, int] | None = None
+    evaluating: dict | None = None  # the evaluator's latest `eval_progress` event
+    last_eval: dict = field(default_factory=dict)  # the latest `evaluated` event
     # (log time, env steps) whenever the count rose: rates come from the logs' own
     # clocks, not from how often someone polls
     steps_at: deque = field(default_factory=lambda: deque(maxlen=4096))
@@ -83,9 +87,15 @@ class RunView:
             self._metrics(m, ev, ts)
         elif name == "evaluated" and isinstance(ev.get("eval/return_mean"), int | float):
             steps = int(ev.get("env_steps", 0))
+            self.last_eval = ev
             self._steps(steps, ts, ev.get("member"))  # fresher than metrics
             self.evals.append((self.env_steps if self._peer_steps else steps,
                                float(ev["eval/return_mean"]), ts))
+        elif name == "best_kept" and isinstance(ev.get("return_mean"), int | float):
+            self.best = (float(ev["return_mean"]), int(ev.get("env_steps", 0)),
+                         int(ev.get("episodes", 0)))
+        elif name == "eval_progress":
+            self.evaluating = ev
         elif name == "first_update":
             self.trained.add(mid)
         elif name == "training_finished":
@@ -122,11 +132,17 @@ class RunView:
     def steps_per_s(self, window_s: float = RATE_WINDOW_S, since: float = 0.0) -> float:
         """Env steps per second over the last `window_s` of log time (at least the
         last two points that the count rose at), counting only points logged at or
-        after `since` (a resumed run's rate is this launch's); 0 before it rose twice."""
-        pts = [p for p in self.steps_at if p[0] >= since] if since else self.steps_at
-        if len(pts) < 2:
+        after `since` (a resumed run's rate is this launch's); with one such point,
+        its rise since `since` (from the count before it); 0 before the count rose."""
+        pts = [p for p in self.steps_at if p[0] >= since] if since else list(self.steps_at)
+        if not pts:
             return 0.0
         t_last, n_last = pts[-1]
+        if len(pts) < 2:
+            if not since or t_last <= since:
+                return 0.0
+            before = [n for t, n in self.steps_at if t < since]
+            return max(0.0, n_last - (before[-1] if before else 0)) / (t_last - since)
         first = next(((t, n) for t, n in pts if t >= t_last - window_s and t < t_last), pts[-2])
         return (n_last - first[1]) / max(t_last - first[0], 1e-9)
 
@@ -134,9 +150,34 @@ class RunView:
     def eval_returns(self) -> list[float]:
         return [r for _, r, _ in self.evals]
 
+    @property
+    def best_return(self) -> float | None:
+        """The best evaluation as best.pt holds it (a candidate's confirmed return),
+        else the highest evaluation logged."""
+        if self.best is not None:
+            return self.best[0]
+        rets = self.eval_returns
+        return max(rets) if rets else None
+
     def age(self, m: MemberView, now: float | None = None) -> float:
         """Seconds since the member last logged (metrics come every logging interval)."""
         return (now or time.time()) - m.last_ts if m.last_ts else float("inf")
+
+    def info_means(self) -> dict[str, tuple[float | None, float | None]]:
+        """Each `logging.info_keys` number: (the samplers' mean over their running
+        members' latest, the latest evaluation's)."""
+        keys = {k.removeprefix("sampler/info/") for m in self.members.values()
+                for k in m.metrics if k.startswith("sampler/info/")}
+        keys |= {k.removeprefix("eval/") for k in self.last_eval
+                 if k.startswith("eval/") and not k.startswith("eval/return_")}
+        out = {}
+        for k in sorted(keys):
+            vals = [float(m.metrics[f"sampler/info/{k}"]) for m in self.members.values()
+                    if isinstance(m.metrics.get(f"sampler/info/{k}"), int | float)]
+            ev = self.last_eval.get(f"eval/{k}")
+            out[k] = (sum(vals) / len(vals) if vals else None,
+                      float(ev) if isinstance(ev, int | float) else None)
+        return out
 
     def rate(self, role: str, key: str) -> float:
         """The sum over running members of `role` of their latest `key`."""

@@ -1,8 +1,10 @@
 """`verl top RUN_DIR`: a live dashboard of a run from its logs (rich). Works while
-the job runs (it follows the logs) and on a finished run (it shows the end)."""
+the job runs (it follows the logs) and on a finished run (it shows the end); it
+quits on `q` (or Ctrl-C) and when the run ends."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -59,10 +61,17 @@ def render(view: RunView):
     head.append(f"env steps {view.env_steps:,}  ({rate:,.0f}/s)  elapsed {elapsed:,.0f}s  ")
     head.append("ended\n" if ended else "\n")
     if evals:
-        head.append(f"eval return {evals[-1]:.1f} (best {max(evals):.1f})  ")
+        best = view.best_return
+        shown = "-" if best is None else f"{best:.1f}"
+        head.append(f"eval return {evals[-1]:.1f} (best {shown})  ")
         head.append(sparkline(evals), style="green")
     else:
         head.append("eval return -")
+    for k, (train, ev) in view.info_means().items():
+        head.append(f"\n{k}: training {'-' if train is None else f'{train:.3g}'}, "
+                    f"eval {'-' if ev is None else f'{ev:.3g}'}")
+    if not ended:
+        head.append("\n(q quits)", style="dim")
     from rich import box
 
     table = Table(expand=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
@@ -81,7 +90,14 @@ def render(view: RunView):
     return Group(head, table)
 
 
+def ended(view: RunView) -> bool:
+    """The run is over: its launcher wrote summary.json."""
+    return (view.run_dir / "summary.json").exists()
+
+
 def run_top(run_dir: Path, refresh: float = 0.5, once: bool = False) -> None:
+    """Draw `render` every `refresh` seconds until `q` (or Ctrl-C) is pressed or the
+    run ends (its last frame stays on the screen)."""
     from rich.console import Console
     from rich.live import Live
 
@@ -93,10 +109,45 @@ def run_top(run_dir: Path, refresh: float = 0.5, once: bool = False) -> None:
         return
     try:
         with Live(render(view), console=console, refresh_per_second=max(1, int(1 / refresh)),
-                  screen=False) as live:
-            while True:
-                time.sleep(refresh)
+                  screen=False) as live, _Keys() as keys:
+            while not ended(view):
+                if keys.pressed(refresh) in ("q", "Q"):
+                    break
                 view.poll()
                 live.update(render(view))
+            view.poll()
+            live.update(render(view))
     except KeyboardInterrupt:
         pass
+
+
+class _Keys:
+    """Single key presses from a terminal's stdin, unbuffered while in use; where
+    stdin is not a terminal, none (`pressed` only waits)."""
+
+    def __enter__(self) -> _Keys:
+        self.saved = None
+        if sys.stdin.isatty():
+            import termios
+            import tty
+
+            fd = sys.stdin.fileno()
+            self.saved = termios.tcgetattr(fd)
+            tty.setcbreak(fd)
+        return self
+
+    def pressed(self, timeout: float) -> str:
+        """A key pressed within `timeout` seconds, or ""."""
+        if self.saved is None:
+            time.sleep(timeout)
+            return ""
+        import select
+
+        ready, _, _ = select.select([sys.stdin], [], [], timeout)
+        return sys.stdin.read(1) if ready else ""
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is not None:
+            import termios
+
+            termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, self.saved)

@@ -4,12 +4,14 @@ validation and the benchmark tools run. Torch-free: any `Actor` will do."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from ..envs.infos import at_episode_ends
 from ..envs.make import make_env
 from ..envs.spaces import split
 from ..normalize import ObsNorm
@@ -72,12 +74,14 @@ class Memory:
 
 
 def evaluate(algo: Actor, job: Any, rms: ObsNorm | None, episodes: int, seed: int,
-             deterministic: bool = True, video_dir: str = "", prefix: str = "eval"
-             ) -> np.ndarray:
+             deterministic: bool = True, video_dir: str = "", prefix: str = "eval",
+             infos: dict[str, list[float]] | None = None,
+             progress: Callable[[int, int], None] | None = None) -> np.ndarray:
     """Run `episodes` episodes at once (one env each, seeds seed..seed+n-1); their returns.
-    With `video_dir`, the first episode is recorded there. A policy that answers
-    prompt files (`seq/hf_grpo.py`) is scored on its val file instead: each val
-    prompt's score."""
+    With `video_dir`, the first episode is recorded there; `infos` receives each
+    episode's `logging.info_keys` values where it ends; `progress(done, episodes)`
+    is called as episodes end. A policy that answers prompt files
+    (`seq/hf_grpo.py`) is scored on its val file instead: each val prompt's score."""
     validate = getattr(algo, "validate", None)
     if validate is not None:
         scores: np.ndarray = validate()
@@ -93,11 +97,18 @@ def evaluate(algo: Actor, job: Any, rms: ObsNorm | None, episodes: int, seed: in
         clip = job.environment.clip_obs
         memory = Memory(algo, episodes)
         spec = algo.spec
+        keys = job.logging.info_keys if infos is not None else ()
+        infos = infos if infos is not None else {}
         while active.any():
             a = memory.act(policy_input(obs, spec, rms, clip), deterministic)
-            obs, r, te, tr, _ = venv.step(algo.env_action(a))
+            obs, r, te, tr, info = venv.step(algo.env_action(a))
             returns += np.where(active, r, 0.0)
+            ended = active & (te | tr)
+            if ended.any():
+                at_episode_ends(info, np.flatnonzero(ended), keys, infos)
             active &= ~(te | tr)  # NEXT_STEP autoreset: later steps of a done env are ignored
+            if progress is not None and ended.any():
+                progress(int(episodes - active.sum()), episodes)
         return returns
     finally:
         venv.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from .. import wire
 from ..algos.traits import numpy_acting
 from ..config import dumps_job
 from ..config.roles import EVALUATOR, trains
+from ..envs.infos import means
 from ..envs.make import env_spec
 from ..learning.gossip.core import fingerprint
 from ..log import write_failed
@@ -29,6 +31,7 @@ from .base import Role, reconnect, recv
 
 CONFIRM_SEEDS = 500_009  # a best-model candidate's second evaluation: episode seeds apart
 HISTORY = 16  # returns of recent params, and versions of each peer, by fingerprint
+PROGRESS_S = 1.0  # an evaluation's progress is logged at most this often
 
 
 def _put(d: dict, key, value, cap: int) -> None:
@@ -43,6 +46,11 @@ def _write_best(path: Path, job_text: str, algorithm: str, policy: dict, rms, me
     from ..checkpoint import policy_state, save_atomic  # torch: first needed here
 
     save_atomic(policy_state(job_text, algorithm, policy, rms, **meta), path)
+
+
+def confirm_episodes(job) -> int:
+    """Episodes of a best-model candidate's second evaluation."""
+    return job.evaluation.confirm_episodes or 3 * job.evaluation.n_eval_episodes
 
 
 class EvaluatorRole(Role):
@@ -79,7 +87,9 @@ class EvaluatorRole(Role):
         self.best = await asyncio.to_thread(self._best_so_far)  # torch, on a resume
         self.last: dict[str, float] = {}
         self.evaluations = 0
-        self.results: dict[str, np.ndarray] = {}  # params fingerprint -> returns (newest)
+        # params fingerprint -> (returns, info values) of its evaluation (newest first)
+        self.results: dict[str, tuple[np.ndarray, dict]] = {}
+        self.infos: dict[str, list[float]] = {}  # the last evaluation's logging.info_keys
         self.checked: dict[str, float] = {}  # params fingerprint -> confirmed best return
         self.held: dict[str, tuple[str, wire.Params]] = {}  # trainer -> (fingerprint, params)
         self.credited: dict[str, int] = {}  # trainer -> the version last charted
@@ -207,17 +217,38 @@ class EvaluatorRole(Role):
         """The episodes' returns of these params: run, or known from the same params
         (same seeds, same returns); None when they do not fit."""
         fp = self._fp(msg.src)
-        rets = self.results.get(fp) if fp else None
-        if rets is not None:
+        known = self.results.get(fp) if fp else None
+        if known is not None:
+            rets, self.infos = known
             return rets
         if not self._load(msg):
             return None
+        self.infos = {}
         rets = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
                                        E.n_eval_episodes, E.seed, E.deterministic,
-                                       self.video_dir, f"eval-{msg.env_steps}")
+                                       self.video_dir, f"eval-{msg.env_steps}", self.infos,
+                                       self._progress("evaluation", msg))
         if fp:
-            _put(self.results, fp, rets, HISTORY)
+            _put(self.results, fp, (rets, self.infos), HISTORY)
         return rets
+
+    def _progress(self, what: str, msg: wire.Params):
+        """A callback for `evaluate` (run in a thread): an `eval_progress` event as
+        episodes end, at most every PROGRESS_S, so the launcher can say what the
+        job waits for once training has ended (a final evaluation)."""
+        loop = asyncio.get_running_loop()
+        last = [0.0]
+
+        def report(done: int, total: int) -> None:
+            now = time.monotonic()
+            if done < total and now - last[0] < PROGRESS_S:
+                return
+            last[0] = now
+            loop.call_soon_threadsafe(lambda: self.log.info(
+                "eval_progress", what=what, done=done, total=total, final=msg.final,
+                env_steps=msg.env_steps, member=msg.src))
+
+        return report
 
     def _load(self, msg: wire.Params) -> bool:
         """Load these params (and observation statistics) to act; False, counted,
@@ -231,28 +262,30 @@ class EvaluatorRole(Role):
             self.rms.load_arrays(msg.arrays)
         return True
 
-    async def _confirmed(self, msg: wire.Params, mean: float, fp: str) -> float:
+    async def _confirmed(self, msg: wire.Params, mean: float, fp: str, episodes: int
+                         ) -> tuple[float, int]:
         """The return a best-model candidate is kept on: with `confirm_best`, the mean
         of a second evaluation on episode seeds of its own (`confirm_episodes`), alone:
         the first was chosen for beating the best, so it reads high (the winner's
         curse; on Acrobot PPO a best.pt kept on the mean of both scored 1.7 below the
         final policy on 100 fresh episodes, over 9 runs). Once per params: DAPO peers
-        holding the same ones share it."""
+        holding the same ones share it. (return, episodes it is the mean of)"""
         E = self.job.evaluation
         if fp and fp in self.checked:
-            return self.checked[fp]
+            return self.checked[fp], confirm_episodes(self.job)
         if not E.confirm_best or not self._load(msg):
-            return mean
+            return mean, episodes
         again = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
-                                        E.confirm_episodes or 3 * E.n_eval_episodes,
-                                        E.seed + CONFIRM_SEEDS, E.deterministic)
+                                        confirm_episodes(self.job),
+                                        E.seed + CONFIRM_SEEDS, E.deterministic, "", "eval",
+                                        None, self._progress("confirmation", msg))
         score = float(again.mean())
         self.log.info("best_checked", env_steps=msg.env_steps, version=msg.version,
                       member=msg.src, first=mean, second=score, episodes=len(again),
                       kept=score > self.best, previous_best=self.best)
         if fp:
             _put(self.checked, fp, score, HISTORY)
-        return score
+        return score, len(again)
 
     async def _credit(self, msg: wire.Params, rets: np.ndarray, fp: str, E,
                       held: int | None = None) -> bool:
@@ -285,6 +318,7 @@ class EvaluatorRole(Role):
         mean, std = float(rets.mean()), float(rets.std())
         self.last = {"eval/return_mean": mean, "eval/return_std": std,
                      "eval/return_min": float(rets.min()), "eval/return_max": float(rets.max()),
+                     **means(self.infos, "eval/"),  # logging.info_keys (is_success)
                      # prompt jobs: verl's val-core/<data_source>/acc/mean@N beside
                      **getattr(self.algo, "val_metrics", {})}
         best = mean > self.best
@@ -292,10 +326,16 @@ class EvaluatorRole(Role):
                       params_version=held,
                       episodes=len(rets), final=msg.final, best=best, member=msg.src,
                       params=fp[:16], **self.last)
-        if best and confirm:
-            mean = await self._confirmed(msg, mean, fp)
+        # a second evaluation only where a best was beaten: the first has nothing to
+        # beat, so it was not chosen for reading high
+        episodes = len(rets)
+        if best and confirm and self.best > -math.inf:
+            mean, episodes = await self._confirmed(msg, mean, fp, episodes)
         if best and mean > self.best:
             self.best = mean
+            # what best.pt holds: the one best figure the launcher reports
+            self.log.info("best_kept", env_steps=msg.env_steps, version=msg.version,
+                          member=msg.src, return_mean=mean, episodes=episodes)
             # views of the received frames: policy_state copies them, in the thread
             policy = {k: v for k, v in msg.arrays.items() if not k.startswith("obs_rms/")}
             rms = self.rms.to_arrays() if self.rms is not None else None

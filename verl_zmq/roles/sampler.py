@@ -20,6 +20,7 @@ from .. import wire
 from ..batch import job_layout
 from ..config.members import acting_seeds
 from ..config.roles import REPLAY, SAMPLER, trains
+from ..envs.infos import means
 from ..envs.make import env_spec, make_vector_env
 from ..policy.numpy_actor import make_actor
 from ..sampling.collector import Collector
@@ -75,6 +76,7 @@ class SamplerRole(Role):
         self.param_waits_timed_out = 0
         self.returns: deque[float] = deque(maxlen=100)
         self.lengths: deque[int] = deque(maxlen=100)
+        self.infos: dict[str, deque[float]] = {}  # logging.info_keys, recent episodes
         self.rates = Rates(steps=0, waited=0.0)
 
     def on_membership(self, members) -> None:
@@ -165,6 +167,8 @@ class SamplerRole(Role):
                 shipped, last_version = 0, self.collector.version
             self.returns.extend(arrays["ep_return"].tolist())
             self.lengths.extend(arrays["ep_length"].tolist())
+            for k, vals in c.infos_taken().items():
+                self.infos.setdefault(k, deque(maxlen=100)).extend(vals)
             self.waiting_since = time.monotonic()
             await self.shard_ready.wait()
             await send(self.push, wire.Fragment(version=version, arrays=arrays), self.id)
@@ -210,6 +214,7 @@ class SamplerRole(Role):
         if self.returns:
             out["sampler/episode_return_mean"] = round(float(np.mean(self.returns)), 3)
             out["sampler/episode_length_mean"] = round(float(np.mean(self.lengths)), 1)
+        out.update(means(self.infos, "sampler/info/"))
         return out
 
     async def teardown(self) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import wire
 from ..batch import FIRST, STATE, Layout, bootstrap
+from ..envs.infos import at_episode_ends
 from ..envs.spaces import split
 from ..normalize import obs_norm
 
@@ -65,6 +66,8 @@ class Collector:
         self.job_steps = 0  # the job's env steps as this sampler estimates them (collect)
         self.swaps = 0
         self.rejected_params = 0
+        self.info_keys = tuple(job.logging.info_keys)
+        self.infos: dict[str, list[float]] = {}  # episode-end info values, taken by `infos_taken`
         self._arena: tuple[tuple, wire.Arena] | None = None
 
     def _raw(self, raw):
@@ -133,7 +136,9 @@ class Collector:
             self.ep_len[:] = 0
         self.ep_ret += np.where(ok, r, 0.0)
         self.ep_len += ok
-        for i in np.flatnonzero((te | tr) & ok):
+        ended = np.flatnonzero((te | tr) & ok)
+        at_episode_ends(info, ended, self.info_keys, self.infos)
+        for i in ended:
             finished_ret.append(self.ep_ret[i])
             finished_len.append(self.ep_len[i])
             self.ep_ret[i] = 0.0
@@ -142,6 +147,11 @@ class Collector:
         self.raw_obs = self._raw(raw)
         self.steps += 1
         return ok, np.where(ok, r, 0.0), te & ok, tr & ok
+
+    def infos_taken(self) -> dict[str, list[float]]:
+        """The `logging.info_keys` values of the episodes ended since the last call."""
+        out, self.infos = self.infos, {}
+        return out
 
     def _columns(self, a: np.ndarray, ex: dict) -> wire.Arena:
         """The fragment's fixed columns, laid out as they travel (one per action

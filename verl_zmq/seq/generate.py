@@ -124,6 +124,10 @@ class GenerateCollector:
         """Load params that arrived, if they are new (or the first)."""
         swap_params(self)
 
+    def infos_taken(self) -> dict[str, list[float]]:
+        """Generated responses report no env `info`."""
+        return {}
+
     def collect(self) -> tuple[dict[str, np.ndarray], int]:
         """One fragment of whole groups; (arrays, the policy version they came from)."""
         self.swap()

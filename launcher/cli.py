@@ -13,8 +13,8 @@ from pathlib import Path
 
 import click
 
-from verl_zmq import __version__
 from verl_zmq.config import ConfigError, load_job
+from verl_zmq.version import __version__
 
 from . import launch
 from .k8s import k8s_name, manifests, write

@@ -15,9 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from verl_zmq.algos.traits import numpy_acting
 from verl_zmq.config import Job
-from verl_zmq.config.roles import EVALUATOR, SAMPLER, role_traits
+from verl_zmq.config.algorithms import numpy_acting
+from verl_zmq.config.roles import role_traits
 from verl_zmq.forkserver import MAX_MSG
 from verl_zmq.runner import resolve_cpus
 
@@ -253,8 +253,8 @@ def from_zygote(job: Job, role: str) -> bool:
     `torch.save` (imported there, seconds of a core, and no evaluation meanwhile).
     A `resources.<role>.memory` limit is set in the fork, which holds torch
     already: a fork over its limit fails at once and says so (`runner.limit_memory`)."""
-    return role_traits(role).trains or role == EVALUATOR \
-        or (role == SAMPLER and not numpy_acting(job))
+    t = role_traits(role)
+    return t.trains or t.writes_policy or (t.acts and not numpy_acting(job))
 
 
 # what building a Hugging Face model and tokenizer and generating imports: seconds of

@@ -89,7 +89,7 @@ def _container(job: Job, name: str, role: str, curve: bool) -> dict:
          "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                  {"name": "PYTHONUNBUFFERED", "value": "1"}, *index_env],
          "volumeMounts": mounts}
-    if role == REGISTRY:
+    if role_traits(role).rendezvous:
         c["ports"] = [{"name": "registry", "containerPort": port}]
     res = _resources(job, role)
     if res:

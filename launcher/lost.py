@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from verl_zmq.config import Job
-from verl_zmq.config.roles import REGISTRY
+from verl_zmq.config.roles import role_traits
 
 from .plan import Placement, Plan
 from .remote import RoleProcess, check_reachable, full_argv
@@ -50,7 +50,7 @@ async def move_off(sup: Supervisor, rp: RoleProcess, host) -> bool:
                   member_role=p.role, error="Slurm node failure")
     alive = [i for i, h in enumerate(sup.plan.hosts)
              if h.via == "srun" and h.address not in sup.lost]
-    if p.role == REGISTRY or not alive:
+    if role_traits(p.role).rendezvous or not alive:
         sup.failed.append(p.member_id)
         sup.term.say(f"error: Slurm node {host.node or host.address} failed: its "
                      f"{p.role} {p.member_id} is lost"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from verl_zmq.config import Job
 from verl_zmq.config.members import default_specs
-from verl_zmq.config.roles import REGISTRY, Placing, role_traits
+from verl_zmq.config.roles import Placing, role_traits
 
 from .hosts import Host, HostsError
 
@@ -46,7 +46,7 @@ class Plan:
 
     @property
     def registry_endpoint(self) -> str:
-        reg = next(p for p in self.placements if p.role == REGISTRY)
+        reg = next(p for p in self.placements if role_traits(p.role).rendezvous)
         return f"tcp://{self.hosts[reg.host].bind_address}:{self.registry_port}"
 
     def host_of(self, p: Placement) -> Host:

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from verl_zmq.config import Job
-from verl_zmq.config.roles import REGISTRY
+from verl_zmq.config.roles import role_traits
 
 from .hosts import Host
 
@@ -88,7 +88,7 @@ def _free(address: str, port: int) -> bool:
 
 
 def registry_host(job: Job, hosts: list[Host], placements: list) -> Host:
-    reg = next(p for p in placements if p.role == REGISTRY)
+    reg = next(p for p in placements if role_traits(p.role).rendezvous)
     return hosts[reg.host]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_zmq.config import Job
-from verl_zmq.config.roles import REGISTRY, role_traits
+from verl_zmq.config.roles import role_traits
 from verl_zmq.ops import tb
 from verl_zmq.ops.runview import RunView
 
@@ -204,7 +204,8 @@ class Supervisor:
             self.failed.remove(p.member_id)
 
     def _done(self) -> bool:
-        reg_done = all(rp.exit_code == 0 for rp in self.procs if rp.placement.role == REGISTRY)
+        reg_done = all(rp.exit_code == 0 for rp in self.procs
+                       if role_traits(rp.placement.role).rendezvous)
         trainers = [rp for rp in self.procs if role_traits(rp.placement.role).trains]
         # done when every trainer has exited cleanly or failed for good, one cleanly
         ended = [rp.exit_code == 0 or rp.placement.member_id in self.failed for rp in trainers]

@@ -1,6 +1,9 @@
-"""The layout's invariants (ARCHITECTURE.md): small files and functions, who may
-import what, no role that picks its class at construction, no test of an
-algorithm's name outside the algorithms."""
+"""The layout's invariants (ARCHITECTURE.md), read by `tools/layout.py`: who may
+import what, no import circles, no import up the declared floors but the named
+ones, small files (a report; the larger ones exempt by name, with why) and
+functions, no role that picks its class at construction, no decision by an
+algorithm's or a role's name outside their tables, no probe of params or feeds.
+Each check also runs on a planted fault it must find."""
 
 from __future__ import annotations
 
@@ -8,45 +11,47 @@ import ast
 import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
 from tests.conftest import PY, ROOT
+from tools import layout
 
-PACKAGES = ("verl_zmq", "launcher")
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
+# files over MAX_FILE_LINES, each with why it is one file (a report, not a reason to
+# split a file by its count or shorten its comments)
+BIG_FILES: dict[str, str] = {
+    "verl_zmq/algos/ppo.py": "PPO's update as its recipe composes it: the batch's "
+                             "preparation, the minibatch loss and the optimiser step read "
+                             "each other's state at every line",
+}
 
 
 def _sources():
-    for pkg in PACKAGES:
-        yield from sorted((ROOT / pkg).rglob("*.py"))
+    return layout.sources()
 
 
 def _imports(path) -> set[str]:
-    """Modules a file imports, absolute (relative imports resolved), at any depth."""
-    mod = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-    pkg = mod.rsplit(".", 1)[0] if path.name != "__init__.py" else mod
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = pkg.split(".")
-            if node.level:
-                base = base[: len(base) - node.level + 1]
-                name = ".".join(base + ([node.module] if node.module else []))
-            else:
-                name = node.module or ""
-            out.add(name)
-            out |= {f"{name}.{a.name}" for a in node.names}
-    return out
+    return layout.imports(path)
+
+
+def _plant(tmp_path, files: dict[str, str]):
+    """A tree of modules under tmp_path: {relative path: source}."""
+    for rel, text in files.items():
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    return tmp_path
 
 
 def test_files_and_functions_are_small():
-    big = [f"{p.relative_to(ROOT)}: {n}" for p in _sources()
-           if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
-    assert not big, f"files over {MAX_FILE_LINES} lines: {big}"
+    big = {str(p.relative_to(ROOT)): n for p in _sources()
+           if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES}
+    print("files over", MAX_FILE_LINES, "lines:", big)  # the report
+    assert set(big) <= set(BIG_FILES), f"over {MAX_FILE_LINES} lines, not in BIG_FILES: " \
+        f"{sorted(set(big) - set(BIG_FILES))}"
     long = []
     for p in _sources():
         for node in ast.walk(ast.parse(p.read_text())):
@@ -96,31 +101,28 @@ def test_who_may_import_what():
 
 
 def test_no_import_circles_between_modules():
-    graph: dict[str, set[str]] = {}
-    mods = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
-            for p in _sources()}
-    for m, p in mods.items():
-        graph[m] = {i for i in _imports(p) if i in mods and i != m}
-    # a package's __init__ re-exporting its own modules is not a circle
-    for m in graph:
-        graph[m] = {i for i in graph[m] if not m.startswith(i + ".")}
-    seen, stack, circles = set(), [], []
+    assert layout.circles(layout.module_graph()) == []
 
-    def visit(m):
-        if m in stack:
-            circles.append(stack[stack.index(m):] + [m])
-            return
-        if m in seen:
-            return
-        seen.add(m)
-        stack.append(m)
-        for n in sorted(graph[m]):
-            visit(n)
-        stack.pop()
 
-    for m in sorted(graph):
-        visit(m)
-    assert not circles, circles
+def test_a_circle_through_a_packages_init_is_found(tmp_path):
+    """A relative import in an `__init__.py` resolves against that package (the
+    old check took it one level deeper and saw no circle here)."""
+    root = _plant(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/alpha/__init__.py": "def f():\n    from ..beta.mod import g\n",
+        "pkg/beta/__init__.py": "",
+        "pkg/beta/mod.py": "from ..alpha import f\n\ndef g():\n    return f\n",
+    })
+    assert layout.circles(layout.module_graph(root, ("pkg",))) == [
+        ["pkg.alpha", "pkg.beta.mod", "pkg.alpha"]]
+    assert layout.imports(root / "pkg" / "alpha" / "__init__.py", root) >= {"pkg.beta.mod"}
+
+
+def test_imports_run_up_the_floors_only_where_named():
+    up = layout.up_edges(layout.module_graph())
+    assert set(up) <= set(layout.UP_EDGES), {e: v for e, v in up.items()
+                                             if e not in layout.UP_EDGES}
+    assert len(layout.UP_EDGES) <= 5
 
 
 @pytest.mark.e2e
@@ -141,32 +143,30 @@ def test_the_registry_shards_samplers_evaluator_and_launcher_import_no_torch():
     assert sys.executable
 
 
-def _role_decisions(tree: ast.AST, roles: set[str]) -> list[int]:
-    """Lines where a role's name, as a literal, decides something: compared with,
-    or one of several role names in a tuple, list, set or dict's keys."""
-    def names(node) -> int:
-        return sum(isinstance(e, ast.Constant) and e.value in roles
-                   for e in getattr(node, "elts", None) or getattr(node, "keys", None) or [])
-
-    lines = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Compare):
-            ops = [node.left, *node.comparators]
-            if any(isinstance(o, ast.Constant) and o.value in roles for o in ops) \
-                    or any(names(o) for o in ops):
-                lines.append(node.lineno)
-        elif isinstance(node, ast.Tuple | ast.List | ast.Set | ast.Dict) and names(node) >= 2:
-            lines.append(node.lineno)
-    return lines
-
-
 def test_role_names_decide_nothing_outside_the_role_traits_table():
     from verl_zmq.config.roles import ROLES
 
     table = ROOT / "verl_zmq" / "config" / "roles.py"
     bad = [f"{p.relative_to(ROOT)}:{line}" for p in _sources() if p != table
-           for line in _role_decisions(ast.parse(p.read_text()), set(ROLES))]
+           for line in layout.role_decisions(p.read_text(), set(ROLES))]
     assert not bad, f"decide by role traits (verl_zmq/config/roles.py), not names: {bad}"
+
+
+def test_a_role_decision_through_a_constant_is_found():
+    from verl_zmq.config.roles import ROLES
+
+    planted = textwrap.dedent("""
+        from verl_zmq.config.roles import EVALUATOR, SAMPLER, roles
+        def f(p, role):
+            if p.role == SAMPLER:
+                return 1
+            if role in (SAMPLER, EVALUATOR):
+                return 2
+            return roles.REGISTRY != role
+        def g(role):
+            return role == "learner"
+        """)
+    assert layout.role_decisions(planted, set(ROLES)) == [4, 6, 8, 10]
 
 
 def test_roles_announce_the_endpoints_their_traits_declare():
@@ -186,8 +186,21 @@ def test_roles_announce_the_endpoints_their_traits_declare():
 
 
 def test_nothing_probes_params_or_feeds_with_getattr():
-    """Algorithm knowledge goes through traits, feeds through their protocol."""
-    probe = re.compile(r"getattr\([^,()]*\b(params|feed)\b")
-    bad = [f"{p.relative_to(ROOT)}:{i}" for p in _sources()
-           for i, line in enumerate(p.read_text().splitlines(), 1) if probe.search(line)]
+    """Algorithm knowledge goes through traits and typed params, feeds through their
+    protocol: no getattr or hasattr on them, through any name bound to them."""
+    bad = [f"{p.relative_to(ROOT)}:{i}" for p in _sources() for i in layout.probes(p.read_text())]
     assert not bad, bad
+
+
+def test_a_probe_through_an_alias_is_found():
+    planted = textwrap.dedent("""
+        def f(job, self):
+            p = job.algorithm.params
+            if getattr(p, "adv_estimator", None):
+                return 1
+            q = self.feed
+            return hasattr(q, "drain") or getattr(self.params, "x", 0)
+        def g(x):
+            return getattr(x, "params", None)
+        """)
+    assert layout.probes(planted) == [4, 7]

@@ -44,18 +44,18 @@ def test_a_neighbour_lost_mid_exchange_does_not_fail_the_peer(tmp_path, how):
         await role.setup()  # binds its sockets, builds its algorithm and gossip node
         node = role.node
         try:
-            node._learn(_member("peer-1", ep), "registry")
-            node.busy.add("peer-1")
+            node.nb.learn(_member("peer-1", ep), "registry")
+            node.nb.busy.add("peer-1")
             exchange = asyncio.create_task(node._exchange("peer-1"))
             await asyncio.wait_for(silent.recv_multipart(), 5)  # it is waiting for a reply
-            sock = node.out["peer-1"][1]
+            sock = node.nb.out["peer-1"][1]
             if how == "dropped":
-                node._drop("peer-1", "registry")
+                node.nb.drop("peer-1", "registry")
             else:  # the neighbour came back on another endpoint
-                node._learn(_member("peer-1", ep2), "registry")
+                node.nb.learn(_member("peer-1", ep2), "registry")
             assert not sock.closed  # not under the pending recv
             await asyncio.wait_for(exchange, 10)  # ends by its timeout, no ZMQError
-            assert sock.closed and not node.orphans and "peer-1" not in node.busy
+            assert sock.closed and not node.nb.orphans and "peer-1" not in node.nb.busy
             # a drop by the registry is not counted twice; a replaced one is kept
             assert ("peer-1" in node.peers) == (how == "replaced")
         finally:

@@ -14,7 +14,7 @@ from verl_zmq.batch import job_layout
 from verl_zmq.config import load_job
 from verl_zmq.envs.make import env_spec, make_vector_env
 from verl_zmq.pixels.catch import CatchEnv
-from verl_zmq.pixels.cnn import encoder
+from verl_zmq.policy.cnn import encoder
 from verl_zmq.sampling.collector import Collector
 
 JOB = CONFIGS / "catch_ppo.toml"

@@ -7,7 +7,6 @@ and counting what is left."""
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -26,7 +25,7 @@ def _one_step_responses(scores, group_size, **params):
     done = np.ones_like(r, bool)
     batch = {"reward": r, "valid": done, "terminated": done, "truncated": ~done}
     ordinal, how = episodes(done, ~done, done)
-    p = SimpleNamespace(**({"std_normalize": True, "gamma": 1.0} | params))
+    p = algo_params.GRPOParams(**({"std_normalize": True, "gamma": 1.0} | params))
     return core.AdvantageInput(batch, p, lambda: (r, r, r[0]), ordinal, how, group_size)
 
 
@@ -47,7 +46,7 @@ def test_reinforce_plus_plus_whitens_discounted_returns_over_the_batch():
     done = np.array([[0, 0], [0, 0], [1, 1]], bool)
     valid = np.ones_like(done)
     ordinal, how = episodes(done, np.zeros_like(done), valid)
-    p = SimpleNamespace(gamma=0.5, std_normalize=True)
+    p = algo_params.GRPOParams(gamma=0.5, std_normalize=True)
     batch = {"reward": reward, "valid": valid, "terminated": done,
              "truncated": np.zeros_like(done)}
     out = core.ADVANTAGE_ESTIMATORS["reinforce_plus_plus"](

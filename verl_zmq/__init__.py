@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from .version import __version__
+
 __all__ = ["Run", "Policy", "train", "load_policy", "evaluate", "Callback", "RunState",
            "StopOnReturn", "StopOnNoImprovement", "__version__"]
 CALLBACKS = ("Callback", "RunState", "StopOnReturn", "StopOnNoImprovement")

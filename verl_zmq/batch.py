@@ -217,10 +217,7 @@ def state_size(policy) -> int:
 
 
 def job_layout(job, spec: EnvSpec) -> Layout:
-    """The fragment layout of a job for its env."""
-    from .seq.prompts import is_prompt_env, prompt_settings
-
-    env = job.environment
-    plen = prompt_settings(env.kwargs).max_prompt_length if is_prompt_env(env.id) else 0
+    """The fragment layout of a job for its env (generated responses: with their
+    prompts, `EnvSpec.prompt_len`)."""
     return Layout(spec, job.sampling.fragment_length, job.traits.extras,
-                  state_size(job.algorithm.policy), plen)
+                  state_size(job.algorithm.policy), spec.prompt_len)

@@ -1,38 +1,42 @@
-"""Algorithms, one file each; `make_algorithm` imports only the one asked for."""
+"""Algorithms, one file each, each a row of the table (`config/algorithms.py`);
+`make_algorithm` imports only the one asked for."""
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .traits import TRAITS
+from ..config.algorithms import row
 
 if TYPE_CHECKING:  # torch is imported with the algorithm asked for, not before
     from ..config import Job
-    from ..envs.make import EnvSpec
+    from ..envs.spec import EnvSpec
     from .base import Algorithm
 
 
-def algorithm_class(name: str) -> type[Algorithm]:
-    if name not in TRAITS:
-        raise KeyError(f"algorithm.name: unknown algorithm {name!r}")
+def algorithm_class(name: str) -> type[Algorithm[Any]]:
+    """The class of the table's `name` (its module's `ALGORITHM`)."""
+    r = row(name)
     try:
-        mod = importlib.import_module(f"verl_zmq.algos.{name}")
+        mod = importlib.import_module(r.module)
     except ImportError as e:
         raise KeyError(f"algorithm.name: {name!r} is not available in this build ({e})") from None
-    cls: type[Algorithm] = mod.ALGORITHM
+    cls: type[Algorithm[Any]] = mod.ALGORITHM
     return cls
 
 
-def make_algorithm(job: Job, spec: EnvSpec, device: str = "cpu", **kw: Any) -> Algorithm:
+def make_algorithm(job: Job, spec: EnvSpec, device: str = "cpu", **kw: Any) -> Algorithm[Any]:
     """Build the job's algorithm for an env (keywords: `worker`, `obs_transform`, as
     `Algorithm` takes them); ValueError when the policy does not fit it."""
-    if job.algorithm.policy.kind == "hf":  # a Hugging Face model on prompt files
-        from ..seq.hf_grpo import HFGRPO
+    from ..policy.kinds import algorithm
+
+    own = algorithm(job.algorithm.policy.kind)
+    if own is not None:  # a kind that trains with its own (a Hugging Face model's GRPO)
         from .traits import fit_problem
 
         why = fit_problem(job, spec.kind)
         if why:
             raise ValueError(why)
-        return HFGRPO(job, spec, device, **kw)
+        made: Algorithm[Any] = own(job, spec, device, **kw)
+        return made
     return algorithm_class(job.algorithm.name)(job, spec, device, **kw)

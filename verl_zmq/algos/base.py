@@ -26,15 +26,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 import numpy as np
 import torch
 
-from ..config import Job
-from ..envs.make import EnvSpec
+from ..config import Job, Params
+from ..config.algorithms import Traits
+from ..envs.spec import EnvSpec
 from .optim import Adam
-from .traits import Traits, fit_problem
+from .traits import fit_problem
 
 if TYPE_CHECKING:
     from ..demos import BCTerm
@@ -96,8 +97,12 @@ FragmentFilter = Callable[[Mapping[str, np.ndarray]],
                           "tuple[Mapping[str, np.ndarray], int] | None"]
 
 
-class Algorithm(ABC):
-    """One RL algorithm: networks, acting, learning, state."""
+P = TypeVar("P", bound=Params)
+
+
+class Algorithm(ABC, Generic[P]):
+    """One RL algorithm: networks, acting, learning, state; `P` its params'
+    dataclass (`self.params`, typed: `Algorithm[PPOParams]`)."""
 
     name: ClassVar[str]
     state_size = 0  # a recurrent policy's state per env (see policy/actor.py)
@@ -112,7 +117,8 @@ class Algorithm(ABC):
             raise ValueError(why)
         self.job = job
         self.spec = spec
-        self.params = job.algorithm.params
+        # the table chose this dataclass for the algorithm's name (config/algorithms.py)
+        self.params: P = cast(P, job.algorithm.params)
         self.device = torch.device(device)
         self.updates = 0
         self.worker_index, self.num_workers = worker  # the sampler this copy acts for

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..batch import bootstrap
+from ..config import PPOParams
 from .vtrace import vtrace
 
 Tensor = torch.Tensor
@@ -59,7 +60,7 @@ class AdvantageInput:
     ended (`how`, [N, K]: 1 ended in the batch, 2 dropped), for grouped tasks."""
 
     batch: Mapping[str, np.ndarray]
-    params: Any
+    params: PPOParams  # the policy-gradient family's (DAPO's and GRPO's derive from it)
     now: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]]
     ordinal: np.ndarray
     how: np.ndarray

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..batch import bootstrap, steps
+from ..config import DAPOParams
 from .base import FragmentFilter
 from .core import compute_gae, fragment_mean
 from .ppo import PPO, Recipe
@@ -19,7 +20,7 @@ from .ppo import PPO, Recipe
 __all__ = ["DAPO", "fragment_mean"]
 
 
-class DAPO(PPO):
+class DAPO(PPO[DAPOParams]):
     """PPO with decoupled clip, selectable loss aggregation, dynamic sampling."""
 
     name = "dapo"

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import Job, Policy
-from ..envs.make import EnvSpec
+from ..config import DQNParams, Job, Policy
 from ..envs.spaces import features
+from ..envs.spec import EnvSpec
 from ..policy.nets import mlp, obs_dim
 from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
 from .exploration import apex_priorities, epsilon, epsilon_greedy
@@ -37,7 +37,7 @@ class QNet(nn.Module):
         n = obs_dim(spec)
         self.enc: nn.Module | None = None
         if policy.encoder != "mlp":
-            from ..pixels.cnn import encoder
+            from ..policy.cnn import encoder
 
             self.enc, n = encoder(policy.encoder, tuple(spec.obs_shape))
         if self.dueling:
@@ -68,7 +68,7 @@ def double_dqn_target(q_next_online: torch.Tensor, q_next_target: torch.Tensor,
     return out
 
 
-class DQN(Algorithm):
+class DQN(Algorithm[DQNParams]):
     """Double DQN with optional dueling head, for Discrete actions."""
 
     name = "dqn"

@@ -82,8 +82,8 @@ def responses(x: AdvantageInput) -> Responses:
     lengths = np.zeros((N, K), np.int64)
     np.add.at(scores, (cols[learn], x.ordinal[learn]), np.asarray(x.batch["reward"])[learn])
     np.add.at(lengths, (cols[learn], x.ordinal[learn]), 1)
-    scores += overlong_penalty(lengths, x.max_response, getattr(p, "overlong_buffer_len", 0),
-                               getattr(p, "overlong_penalty_factor", 0.0))
+    scores += overlong_penalty(lengths, x.max_response, p.overlong_buffer_len,
+                               p.overlong_penalty_factor)
     return Responses(scores, lengths, x.how == 1, cols, x.ordinal, learn)
 
 
@@ -205,15 +205,11 @@ def reinforce_pp_baseline_advantages(x: AdvantageInput) -> Advantages:
 
 
 def sequence_horizon(job: Any) -> int:
-    """A sequence task's longest response in tokens (0 for any other env)."""
-    from ..seq import IDS
+    """A grouped sequence env's longest response in tokens (0 for any other env)."""
+    from ..envs.families import grouped
 
-    task = IDS.get(job.environment.id)
-    if task is None:
-        return 0
-    from ..seq.tasks import make_task
-
-    return make_task(job.environment.kwargs.get("task", task)).max_response
+    g = grouped(job.environment.id)
+    return g.horizon(job.environment.kwargs) if g is not None else 0
 
 
 def response_minibatches(seq: torch.Tensor, n: int, mbs: int) -> list[torch.Tensor]:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..batch import episodes, steps
+from ..config import GRPOParams
 from .base import FragmentFilter
 from .core import AdvantageInput, seq_mean_token_sum
 from .grouped import group_advantages, group_signal, responses
@@ -35,7 +36,7 @@ from .ppo import PPO, Recipe
 __all__ = ["GRPO", "group_advantages", "keep_groups", "seq_mean_token_sum"]
 
 
-class GRPO(PPO):
+class GRPO(PPO[GRPOParams]):
     """Group-relative policy optimisation on sequence tasks (see the module)."""
 
     name = "grpo"

@@ -13,12 +13,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import torch
 
 from ..batch import STATE, episodes
+from ..config import PPOParams
 from ..config.sections import ceil_div
 from ..envs.spaces import gather
 from ..policy.encoders import obs_apply, obs_tensor
@@ -46,6 +47,9 @@ __all__ = ["PPO", "Recipe", "clipped_surrogate", "compute_gae"]
 Arrays = Mapping[str, np.ndarray]
 
 
+PG = TypeVar("PG", bound=PPOParams)  # the policy-gradient family's params
+
+
 @dataclass(frozen=True)
 class Recipe:
     """How a member of the PPO family composes its update from `core.py`'s
@@ -62,7 +66,7 @@ class Recipe:
     policy_loss: str = "clipped"
 
 
-class PPO(Algorithm):
+class PPO(Algorithm[PG], Generic[PG]):
     """Proximal Policy Optimisation (Schulman et al. 2017) and its family: one
     update composed of registered functions (`core.py`) as the class's `Recipe`
     and the job's params name them."""
@@ -75,7 +79,7 @@ class PPO(Algorithm):
         super().__init__(job, spec, device, **kw)
         p, r = self.params, self.recipe
         self.progress = 0.0  # of the update running now: schedules read it
-        self.advantage_fn = lookup(ADVANTAGE_ESTIMATORS, getattr(p, "adv_estimator", None)
+        self.advantage_fn = lookup(ADVANTAGE_ESTIMATORS, p.adv_estimator
                                    or r.advantage or ("vtrace" if p.vtrace else "gae"),
                                    "algorithm.params.adv_estimator")
         self.policy_loss_fn = lookup(POLICY_LOSSES, r.policy_loss, "algorithm.policy_loss")
@@ -160,7 +164,7 @@ class PPO(Algorithm):
         """The ratio's clip range (1 - low, 1 + high) of the update running now."""
         p = self.params
         if self.recipe.decoupled_clip:
-            return p.clip_low, p.clip_high
+            return p.decoupled_clip()
         c = scheduled(p.clip_range, p.clip_schedule, self.progress)
         return c, c
 

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import Job, Policy
-from ..envs.make import EnvSpec
+from ..config import Job, Policy, SACParams
 from ..envs.spaces import features
+from ..envs.spec import EnvSpec
 from ..policy.nets import mlp, obs_dim
 from .base import START, Algorithm, Learned, Progress, adam
 from .exploration import ActionNoise
@@ -31,7 +31,7 @@ def _features(spec: EnvSpec, policy: Policy) -> tuple[nn.Module | None, int]:
     and the critic each have their own encoder (`policy.encoder`)."""
     if policy.encoder == "mlp":
         return None, obs_dim(spec)
-    from ..pixels.cnn import encoder
+    from ..policy.cnn import encoder
 
     return encoder(policy.encoder, tuple(spec.obs_shape))
 
@@ -97,7 +97,7 @@ def sac_target(q1_next: torch.Tensor, q2_next: torch.Tensor, logp_next: torch.Te
     return reward + discount * (torch.min(q1_next, q2_next) - alpha * logp_next)
 
 
-class SAC(Algorithm):
+class SAC(Algorithm[SACParams]):
     """Soft actor-critic for 1-d Box actions."""
 
     name = "sac"

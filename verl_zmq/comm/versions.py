@@ -6,7 +6,7 @@ from __future__ import annotations
 import platform
 from importlib import metadata
 
-from .. import __version__
+from ..version import __version__
 
 CHECKED = ("verl_zmq", "python", "torch", "gymnasium")
 # a member written against the wire alone (no verl_zmq) declares these instead

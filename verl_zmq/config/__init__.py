@@ -9,7 +9,8 @@ misspelt keys, a did-you-mean. Imports nothing heavy (the launcher uses it).
 TOML writer.
 """
 
-from .algo_params import ALGO_PARAMS, DAPOParams, DQNParams, GRPOParams, PPOParams, SACParams
+from .algo_params import DAPOParams, DQNParams, GRPOParams, Params, PPOParams, SACParams
+from .algorithms import ALGO_PARAMS, ALGORITHMS, NAMES, Row, Traits
 from .deployment import K8s, Launch, Resources, RoleResources, Security
 from .loading import apply_override, build_job, load_job, loads_job, parse_override
 from .sections import (
@@ -32,11 +33,10 @@ from .sections import (
 from .writing import dumps_job, dumps_toml, job_to_dict, toml_value
 
 __all__ = [
-    "ALGO_PARAMS", "REQUIRED_SECTIONS", "Algorithm", "BehaviourCloning", "Checkpoint",
-    "ConfigError", "DAPOParams", "DQNParams", "Environment", "Evaluation", "Experiment",
-    "GRPOParams",
-    "Gossip", "Job", "K8s", "Launch", "Logging", "PPOParams", "Policy", "Replay", "Resources",
-    "RoleResources", "SACParams", "Sampling", "Security", "Training", "toml_value",
-    "apply_override", "build_job", "dumps_job", "dumps_toml", "job_to_dict", "load_job",
-    "loads_job", "parse_override",
+    "ALGO_PARAMS", "ALGORITHMS", "NAMES", "Params", "Row", "Traits", "REQUIRED_SECTIONS",
+    "Algorithm", "BehaviourCloning", "Checkpoint", "ConfigError", "DAPOParams", "DQNParams",
+    "Environment", "Evaluation", "Experiment", "GRPOParams", "Gossip", "Job", "K8s", "Launch",
+    "Logging", "PPOParams", "Policy", "Replay", "Resources", "RoleResources", "SACParams",
+    "Sampling", "Security", "Training", "toml_value", "apply_override", "build_job",
+    "dumps_job", "dumps_toml", "job_to_dict", "load_job", "loads_job", "parse_override"
 ]

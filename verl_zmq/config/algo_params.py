@@ -1,5 +1,5 @@
 """The algorithms' `[algorithm.params]`: one frozen dataclass each, chosen by
-`algorithm.name` (`ALGO_PARAMS`)."""
+`algorithm.name` (the table in `algorithms.py`), each a `Params`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,35 @@ KLEstimator = Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"]
 GroupEstimator = Literal["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"]
 
 @dataclass(frozen=True)
-class PPOParams:
+class Params:
+    """What every algorithm's params declare, so that code outside an algorithm
+    reads them by type, never by probing: the step size, the discount, the batch,
+    and what the learner's feed and the shards must know (the answers below are
+    the defaults; an algorithm's params override what applies to it)."""
+
+    learning_rate: float = 3e-4  # Adam's step size
+    gamma: float = 0.99  # discount
+    batch_size: int = 256  # what one update learns from (env steps, or transitions)
+
+    def drops_fragments(self) -> bool:
+        """Whether fragments may be dropped before an update and more drawn."""
+        return False
+
+    def fill_batches(self) -> int:
+        """How many batches an update may draw when it drops fragments."""
+        return 1
+
+    def n_step_returns(self) -> int:
+        """The n of the n-step returns the shards compute (1: one step)."""
+        return 1
+
+    def problems(self) -> list[str]:
+        """What is wrong with these values together: each a sentence naming keys."""
+        return []
+
+
+@dataclass(frozen=True)
+class PPOParams(Params):
     """PPO hyper-parameters (Schulman et al. 2017)."""
 
     learning_rate: float = 3e-4  # Adam's step size
@@ -56,10 +84,23 @@ class PPOParams:
     # recurrent policies: the steps of one training sequence (a chunk of a fragment,
     # which starts from the state its sampler shipped); 0: the whole fragment
     recurrence: int = 0
+    # "": GAE (V-trace with vtrace = true); or an estimator registered by name in
+    # algos/core.py, or a "module:function" of your own registered the same way
+    adv_estimator: str = ""
+    # the grouped estimators (grpo): divide by the group's std; false as in Dr. GRPO
+    std_normalize: bool = True
+    # sequence tasks: punish responses longer than max_response - overlong_buffer_len
+    # tokens, linearly down to -overlong_penalty_factor at max_response (0: off)
+    overlong_buffer_len: int = 0
+    overlong_penalty_factor: float = 1.0  # see overlong_buffer_len
+
+    def decoupled_clip(self) -> tuple[float, float]:
+        """The ratio's clip (1 - low, 1 + high) where an algorithm decouples it."""
+        return self.clip_range, self.clip_range
 
 
 @dataclass(frozen=True)
-class DQNParams:
+class DQNParams(Params):
     """DQN hyper-parameters (double DQN, optional dueling, n-step)."""
 
     learning_rate: float = 1e-3  # Adam's step size
@@ -79,9 +120,12 @@ class DQNParams:
     apex_alpha: float = 7.0  # apex: see apex_eps
     max_grad_norm: float = 10.0  # gradients are clipped to this global norm
 
+    def n_step_returns(self) -> int:
+        return self.n_step
+
 
 @dataclass(frozen=True)
-class SACParams:
+class SACParams(Params):
     """SAC hyper-parameters (Haarnoja et al. 2018, automatic entropy)."""
 
     learning_rate: float = 3e-4  # Adam's step size (actor, critics, temperature)
@@ -94,6 +138,12 @@ class SACParams:
     target_entropy: float = 0.0  # 0: -dim(action)
     noise_beta: float = 0.0  # acting noise's spectrum 1/f^beta: 0 white, 1 pink (persists)
     noise_horizon: int = 1000  # steps per block of correlated noise (about an episode)
+
+    def problems(self) -> list[str]:
+        if 0 <= self.noise_beta <= 3 and self.noise_horizon >= 2:
+            return []
+        return [f"algorithm.params.noise_beta / noise_horizon: expected 0 <= noise_beta <= 3 "
+                f"and noise_horizon >= 2, got {self.noise_beta} and {self.noise_horizon}"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +159,15 @@ class DAPOParams(PPOParams):
     dynamic_tolerance: float = 1e-6  # see dynamic_sampling
     max_fill_batches: int = 4  # see dynamic_sampling
 
+    def drops_fragments(self) -> bool:
+        return self.dynamic_sampling
+
+    def decoupled_clip(self) -> tuple[float, float]:
+        return self.clip_low, self.clip_high
+
+    def fill_batches(self) -> int:
+        return self.max_fill_batches if self.dynamic_sampling else 1
+
 
 @dataclass(frozen=True)
 class GRPOParams(PPOParams):
@@ -123,7 +182,6 @@ class GRPOParams(PPOParams):
     max_grad_norm: float = 1.0
     clip_low: float = 0.2  # the decoupled clip of DAPO (Yu et al. 2025): [1 - low, 1 + high]
     clip_high: float = 0.28  # see clip_low
-    std_normalize: bool = True  # divide by the group's std; false as in Dr. GRPO
     loss_agg: LossAgg = "token-mean"
     kl_estimator: KLEstimator = "k3"
     kl_in: Literal["reward", "loss"] = "loss"
@@ -132,19 +190,15 @@ class GRPOParams(PPOParams):
     # group's mean first)
     adv_estimator: GroupEstimator = "grpo"
     # verl's DAPO recipe: drop groups whose scores are all equal and draw more
-    # fragments until the batch is full (at most `max_fill_batches` draws) ...
+    # fragments until the batch is full (at most `max_fill_batches` draws)
     filter_groups: bool = False
     max_fill_batches: int = 4  # see filter_groups
-    # ... and punish responses longer than max_response - overlong_buffer_len
-    # tokens, linearly down to -overlong_penalty_factor at max_response (0: off)
-    overlong_buffer_len: int = 0
-    overlong_penalty_factor: float = 1.0  # see overlong_buffer_len
 
+    def drops_fragments(self) -> bool:
+        return self.filter_groups
 
-ALGO_PARAMS: dict[str, type] = {
-    "ppo": PPOParams,
-    "dqn": DQNParams,
-    "sac": SACParams,
-    "dapo": DAPOParams,
-    "grpo": GRPOParams,
-}
+    def decoupled_clip(self) -> tuple[float, float]:
+        return self.clip_low, self.clip_high
+
+    def fill_batches(self) -> int:
+        return self.max_fill_batches if self.filter_groups else 1

@@ -149,10 +149,8 @@ def _check_algorithm(job: Job, source: str) -> None:
         raise ConfigError(f"{source}: algorithm.bc: mixing_ratio and decay_steps must be >= 0 "
                           f"and batch_size >= 1")
     p = job.algorithm.params
-    if hasattr(p, "noise_beta") and not (0 <= p.noise_beta <= 3 and p.noise_horizon >= 2):
-        raise ConfigError(f"{source}: algorithm.params.noise_beta / noise_horizon: expected "
-                          f"0 <= noise_beta <= 3 and noise_horizon >= 2, got {p.noise_beta} "
-                          f"and {p.noise_horizon}")
+    for why in p.problems():
+        raise ConfigError(f"{source}: {why}")
     if job.traits.on_policy and p.minibatch_size > p.batch_size:
         raise ConfigError(
             f"{source}: algorithm.params.minibatch_size: {p.minibatch_size} is larger than "

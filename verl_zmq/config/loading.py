@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from .algo_params import ALGO_PARAMS
+from .algorithms import ALGO_PARAMS, NAMES
 from .checks import check_semantics
 from .sections import REQUIRED_SECTIONS, Algorithm, ConfigError, Job
 
@@ -146,6 +146,10 @@ def _build_dataclass(cls, raw: Any, prefix: str, source: str):
         kwargs[name] = _convert(raw[name], hints[name], key, source)
     if cls is Algorithm:
         algo = kwargs.get("name", "ppo")
+        if algo not in NAMES:
+            raise ConfigError(f"{source}: {prefix}name: expected one of "
+                              f"{', '.join(repr(n) for n in NAMES)}, got {algo!r}"
+                              f"{_did_you_mean(algo, NAMES)}")
         kwargs["params"] = _build_dataclass(
             ALGO_PARAMS[algo], raw.get("params", {}), f"{prefix}params.", source
         )
@@ -165,7 +169,7 @@ class ForeignParams(ConfigError):
 
 def _foreign_params(cls: type, raw: dict, prefix: str, source: str) -> None:
     """ForeignParams when every unknown key of `raw` is another algorithm's."""
-    from ..algos.traits import example_job
+    from .algorithms import example_job
 
     own = {f.name for f in dataclasses.fields(cls)}
     unknown = [k for k in raw if k not in own]

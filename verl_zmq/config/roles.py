@@ -39,8 +39,14 @@ class RoleTraits:
     placing: Placing = Placing.FIRST
     forkable: bool = False  # torch-free: the fork server imports its module ahead
     numbered: bool = True  # its member ids are `<role>-<index>`
-    # how its metrics are charted: per member, summed over its members, or not at all
-    charts: Literal["member", "sum", ""] = ""
+    # how its metrics are charted: under their own keys ("member": there is one that
+    # charts), under each member's id ("each"), summed over its members, or not at all
+    charts: Literal["member", "each", "sum", ""] = ""
+    # the job's rendezvous: every member is given its endpoint at its start (it cannot
+    # move to another host), and its clean exit means the job has ended
+    rendezvous: bool = False
+    acts: bool = False  # builds the job's policy to act (torch where it is not numpy)
+    writes_policy: bool = False  # saves policy files with torch while the job runs
 
 
 REGISTRY = "registry"
@@ -57,10 +63,12 @@ PEER = "peer"
 ROLE_TRAITS: dict[str, RoleTraits] = {
     REGISTRY: RoleTraits(REGISTRY, vital=True, trains=False, ends_job=True, needed=False,
                          start_order=0,
-                         endpoints=("registry", "membership"), forkable=True, numbered=False),
+                         endpoints=("registry", "membership"), forkable=True, numbered=False,
+                         rendezvous=True),
     SAMPLER: RoleTraits(SAMPLER, vital=False, trains=False, ends_job=False, needed=True,
                         start_order=1,
-                        endpoints=(), placing=Placing.SPREAD, forkable=True, charts="sum"),
+                        endpoints=(), placing=Placing.SPREAD, forkable=True, charts="sum",
+                        acts=True),
     REPLAY: RoleTraits(REPLAY, vital=False, trains=False, ends_job=False, needed=True,
                        start_order=2,
                        endpoints=("fragments", "requests"), placing=Placing.BESIDE_TRAINER,
@@ -70,10 +78,11 @@ ROLE_TRAITS: dict[str, RoleTraits] = {
                         endpoints=("params", "dist"), charts="member"),
     PEER: RoleTraits(PEER, vital=False, trains=True, ends_job=True, needed=False,
                      start_order=3,
-                     endpoints=("params", "gossip"), charts="member"),
+                     endpoints=("params", "gossip"), charts="each"),
     EVALUATOR: RoleTraits(EVALUATOR, vital=False, trains=False, ends_job=False, needed=True,
                           start_order=4,
-                          endpoints=(), forkable=True, charts="member"),
+                          endpoints=(), forkable=True, charts="member", acts=True,
+                          writes_policy=True),
 }
 
 ROLES: tuple[str, ...] = (REGISTRY, SAMPLER, REPLAY, LEARNER, EVALUATOR, PEER)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
+from .algo_params import Params, PPOParams
+from .algorithms import Traits, traits
 from .deployment import Launch, Resources, Security
 
 
@@ -107,7 +109,7 @@ class Policy:
     # observations (sequence tasks), its value head on the same trunk when shared_trunk
     # "hf": a Hugging Face causal LM answering prompt files (seq/hf.py, verl/Prompts-v0)
     kind: Literal["mlp", "transformer", "hf"] = "mlp"
-    # image observations: a convolutional encoder before the heads (pixels/cnn.py)
+    # image observations: a convolutional encoder before the heads (policy/cnn.py)
     encoder: Literal["mlp", "nature_cnn", "impala_cnn"] = "mlp"
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # MLP layer widths
     activation: Literal["tanh", "relu"] = "tanh"  # of the hidden layers
@@ -149,8 +151,10 @@ class BehaviourCloning:
 class Algorithm:
     """Which algorithm, its hyper-parameters and its policy network."""
 
-    name: Literal["ppo", "dqn", "sac", "dapo", "grpo"] = "ppo"  # chooses [algorithm.params]
-    params: Any = None  # the algorithm's params dataclass, chosen by `name`
+    # one of the algorithm table's names (config/algorithms.py: ppo, dapo, grpo, dqn,
+    # sac); it chooses [algorithm.params]
+    name: str = "ppo"
+    params: Params = field(default_factory=PPOParams)  # the dataclass `name` chooses
     policy: Policy = field(default_factory=Policy)
     bc: BehaviourCloning = field(default_factory=BehaviourCloning)
     # a checkpoint (best.pt, or `verl sft`'s output) whose policy is the initial policy
@@ -278,10 +282,8 @@ class Job:
         return self.launch.registry_port or self.launch.port_range[0]
 
     @property
-    def traits(self):
+    def traits(self) -> Traits:
         """What the job's algorithm declares (on-policy, extras, decentralised)."""
-        from ..algos.traits import traits
-
         t = traits(self.algorithm.name)
         pol = self.algorithm.policy
         if pol.kind != "mlp" or pol.encoder != "mlp":  # no numpy forward pass for it

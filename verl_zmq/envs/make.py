@@ -12,65 +12,24 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 
-from .. import pixels, seq  # noqa: F401  (register their env ids)
+from .. import plugins
 from ..config import Environment
 from ..importing import IMPORTABLE, load_object
 from . import tasks  # noqa: F401  (registers its env ids)
 from .contract import under_wrappers
+from .families import source
 from .guard import GuardedVectorEnv
-from .spaces import Leaf, SpaceError, action_space, obs_leaves, plain
+from .spaces import SpaceError, action_space, obs_leaves, plain
+from .spec import EnvSpec as EnvSpec  # re-exported: the spec is made here (env_spec)
 
 
 class EnvError(Exception):
     """An env that cannot be made or used; the message says why."""
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """What the networks need to know of an env's spaces. `obs_shape` is a plain
-    observation's shape, or for a structured one (`obs`: its leaves, see
-    `spaces.py`) the flat features' `(width,)`. `n_actions` is the number of
-    actions (Discrete), the action dimension (Box), or the policy's logits
-    (MultiDiscrete: the sum of `nvec`; MultiBinary: one per bit)."""
-
-    obs_shape: tuple[int, ...]
-    discrete: bool
-    n_actions: int
-    action_shape: tuple[int, ...]
-    action_low: tuple[float, ...] = ()
-    action_high: tuple[float, ...] = ()
-    obs: tuple[Leaf, ...] = ()  # () : one Box leaf of obs_shape
-    action_kind: str = ""  # "" : "discrete" or "box", as `discrete` says
-    nvec: tuple[int, ...] = ()  # MultiDiscrete: each action's number of choices
-
-    @property
-    def leaves(self) -> tuple[Leaf, ...]:
-        return self.obs or (Leaf((), "box", self.obs_shape),)
-
-    @property
-    def structured(self) -> bool:
-        """Observations are {column: array} (Dict, Tuple, Discrete, MultiBinary)."""
-        return not plain(self.leaves)
-
-    @property
-    def images(self) -> tuple[Leaf, ...]:
-        """Leaves a convolutional encoder reads, in a structured observation."""
-        return tuple(leaf for leaf in self.leaves if leaf.kind == "image") \
-            if self.structured else ()
-
-    @property
-    def kind(self) -> str:
-        return self.action_kind or ("discrete" if self.discrete else "box")
-
-    @property
-    def continuous(self) -> bool:
-        return self.kind == "box"
 
 
 def _load_object(path: str, what: str):
@@ -81,9 +40,10 @@ def _load_object(path: str, what: str):
 
 
 def resolve_id(env_id: str) -> str:
-    """A registered id as is; gymnasium's `pkg.module:EnvName-v0` (the module is
-    imported, and registers the id); `module:Class` registered once under
-    `verl/Class-v0`."""
+    """A registered id as is (the families' ids are registered first:
+    `plugins.load`); gymnasium's `pkg.module:EnvName-v0` (the module is imported,
+    and registers the id); `module:Class` registered once under `verl/Class-v0`."""
+    plugins.load()
     module, _, name = env_id.rpartition(":")
     if module == "__main__":
         raise EnvError(f"environment.id {env_id!r}: a class defined in the running script "
@@ -101,7 +61,7 @@ def resolve_id(env_id: str) -> str:
     if ":" not in env_id:
         if env_id not in gym.registry and env_id.startswith("ALE/"):
             try:
-                from ..pixels.atari import register_ale
+                from .atari import register_ale
 
                 register_ale()
             except ImportError:
@@ -188,7 +148,7 @@ def user_wrappers(env: gym.Env, cfg: Environment) -> gym.Env:
 
 
 def _image_wrappers(env: gym.Env, cfg: Environment, training: bool) -> gym.Env:
-    from ..pixels.atari import ATARI_STACK, StackFrames, atari
+    from .atari import ATARI_STACK, StackFrames, atari
 
     try:
         if cfg.preset == "atari":
@@ -261,16 +221,14 @@ def spec_of(obs_space: gym.Space, act_space: gym.Space, env_id: str) -> EnvSpec:
 
 
 def env_spec(cfg: Environment) -> EnvSpec:
-    """Build the env once and describe its spaces; refuse unsupported spaces."""
-    from ..seq.prompts import is_prompt_env, prompt_settings
-
-    if is_prompt_env(cfg.id):  # no env: responses are generated (seq/prompts.py)
+    """Build the env once and describe its spaces; refuse unsupported spaces. An id
+    whose responses a family generates has no env: the family describes it."""
+    src = source(cfg.id)
+    if src is not None:
         try:
-            prompt_settings(cfg.kwargs)
+            return src.spec(cfg)
         except ValueError as e:
             raise EnvError(str(e)) from None
-        # token ids: the learner checks them against its vocabulary
-        return EnvSpec(obs_shape=(0,), discrete=True, n_actions=2**31 - 1, action_shape=())
     env = make_env(cfg)
     try:
         return spec_of(env.observation_space, env.action_space, cfg.id)

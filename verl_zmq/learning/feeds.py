@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..algos.traits import fill_batches
 from ..batch import job_layout
+from ..config.algorithms import fill_batches
 from .feed import Feed
 from .fragment_feed import FragmentFeed
 from .sampled_feed import SampledFeed

@@ -24,7 +24,7 @@ from .state import FeedConfig, LinkConfig
 
 if TYPE_CHECKING:  # torch stays out of the feeds' imports
     from ..algos.base import Learned
-    from ..envs.make import EnvSpec
+    from ..envs.spec import EnvSpec
 
 Arrays = Mapping[str, np.ndarray]
 

@@ -32,7 +32,7 @@ from ..checkpoint import (
     write_checkpoint,
 )
 from ..config import Job, dumps_job
-from ..envs.make import EnvSpec
+from ..envs.spec import EnvSpec
 from ..files import clean_temporaries, free_mb
 from ..log import write_failed
 from ..normalize import RunningMeanStd, obs_norm, scale_rewards

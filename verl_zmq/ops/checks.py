@@ -22,7 +22,8 @@ def config_problem(e: ConfigError) -> str:
 
     if not isinstance(e, ForeignParams) or e.job is None:
         return str(e)
-    from ..algos.traits import example_job, fit_problem
+    from ..algos.traits import fit_problem
+    from ..config.algorithms import example_job
     from ..envs.make import EnvError, env_spec
 
     try:
@@ -78,10 +79,10 @@ def check_job(job: Job, networks: bool = True, probe_steps: int | None = None) -
             problems.append(f"algorithm.bc.demos: {e}")
     if problems:
         return problems
-    from ..seq.prompts import is_prompt_env
+    from ..envs.families import source
 
-    if is_prompt_env(job.environment.id):
-        return _prompt_problems(job)
+    if (src := source(job.environment.id)) is not None:  # no env: its files instead
+        return src.file_problems(job)
     try:  # a native vector env is one object: make it as samplers will (its groups)
         n = job.sampling.num_envs_per_worker if native_vector_env(job.environment) else 1
         venv, _ = make_vector_env(job.environment, n, seed=job.experiment.seed)
@@ -163,25 +164,3 @@ def _memory_problems(job: Job, spec) -> list[str]:
                 f"machine has {avail / 2**30:.1f} GiB available; lower "
                 f"sampling.num_envs_per_worker, sampling.num_workers or replay.capacity"]
     return []
-
-
-def _prompt_problems(job: Job) -> list[str]:
-    """A prompt job's files read whole (a bad row named) and its scorer imported."""
-    from ..seq.data import DataError, read_prompts
-    from ..seq.prompts import prompt_settings
-    from ..seq.scoring import load_compute_score
-
-    s = prompt_settings(job.environment.kwargs)
-    problems = []
-    for key in ("train_files", "val_files"):
-        path = getattr(s, key)
-        if path:
-            try:
-                read_prompts(path)
-            except DataError as e:
-                problems.append(f"environment.kwargs.{key}: {e}")
-    try:
-        load_compute_score(s.reward, "environment.kwargs.reward")
-    except ValueError as e:
-        problems.append(str(e))
-    return problems

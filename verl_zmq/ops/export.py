@@ -15,7 +15,8 @@ from torch import nn
 
 from ..checkpoint import load
 from ..config import Job, loads_job
-from ..envs.make import EnvSpec, env_spec
+from ..envs.make import env_spec
+from ..envs.spec import EnvSpec
 from ..normalize import ObsNorm, obs_norm
 from ..policy.encoders import ObsEncoder
 from ..policy.evaluate import policy_input

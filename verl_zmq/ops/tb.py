@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..config.roles import PEER, ROLE_TRAITS, ROLES
+from ..config.roles import ROLE_TRAITS, ROLES
 from ..log import write_failed
 from .runview import RunView
 
 SUMMED = ("_per_s", "/env_steps", "/fragments", "/inserts", "/served", "/transitions")
-PER_MEMBER = tuple(r for r in ROLES if ROLE_TRAITS[r].charts == "member")
+PER_MEMBER = tuple(r for r in ROLES if ROLE_TRAITS[r].charts in ("member", "each"))
 AGGREGATED = tuple(r for r in ROLES if ROLE_TRAITS[r].charts == "sum")
 
 
@@ -57,7 +57,7 @@ class TBWriter:
                 for k in ("eval/return_mean", "eval/return_std"):
                     self._scalar(k, ev.get(k), step, ev.get("ts"))
             elif name == "metrics" and role in PER_MEMBER:
-                prefix = f"{ev.get('id')}/" if role == PEER else ""
+                prefix = f"{ev.get('id')}/" if ROLE_TRAITS[role].charts == "each" else ""
                 for k, v in ev.items():
                     if "/" in k and not k.startswith("eval/"):
                         self._scalar(prefix + k, v, self.view.env_steps, ev.get("ts"))

@@ -1,6 +1,6 @@
-"""Pixel observations: a small image task (`catch.py`, registered as
-`verl/Catch-v0`) and convolutional encoders (`cnn.py`). Importing this
-registers the task with gymnasium; torch-free."""
+"""A small image task (`catch.py`, registered as `verl/Catch-v0`): what the
+convolutional encoders (`policy/cnn.py`) and the Atari preset (`envs/atari.py`)
+are tested on. Importing this registers the task with gymnasium; torch-free."""
 
 from __future__ import annotations
 

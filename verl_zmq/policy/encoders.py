@@ -31,7 +31,7 @@ class ObsEncoder(nn.Module):
         self.cnn: nn.Module | None = None
         self.units = int(spec.obs_shape[0]) if self.structured else \
             int(torch.tensor(spec.obs_shape).prod())
-        from ..pixels.cnn import encoder
+        from .cnn import encoder
 
         if not self.structured and policy.encoder != "mlp":
             self.cnn, self.units = encoder(policy.encoder, tuple(spec.obs_shape))

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..envs.make import EnvSpec
+from ..envs.spec import EnvSpec
 
 Arrays = dict[str, np.ndarray]
 

@@ -43,7 +43,7 @@ class MultiCategorical(Distribution):
 
 class PolicyNet(nn.Module):
     """What the policy-gradient family calls on its network (`ActorCritic`,
-    `recurrent.RecurrentActorCritic`, `pixels.cnn.PixelActorCritic`,
+    `recurrent.RecurrentActorCritic`, `cnn.PixelActorCritic`,
     `seq.model.TokenActorCritic`): the policy at each observation, values,
     log-probabilities, entropies and the mode; `pi` is the policy head (exported
     alone). `seq` (each step's episode) and `acting` (one step per env) are for

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..config import Policy
-from ..envs.make import EnvSpec
+from ..envs.spec import EnvSpec
 from .encoders import ObsEncoder
 from .layers import mlp
 from .net import PolicyNet
@@ -69,17 +69,21 @@ def actor_critic(spec: EnvSpec, policy: Policy) -> PolicyNet:
     """The policy-gradient network for `policy.kind`, `policy.recurrent` and
     `policy.encoder`: MLPs, a causal transformer over token observations
     (`seq/model.py`), an LSTM or GRU core (`recurrent.py`), or a convolutional
-    encoder over images (`pixels/cnn.py`)."""
-    if policy.kind == "transformer":
-        from ..seq.model import TokenActorCritic
+    encoder over images (`policy/cnn.py`)."""
+    if policy.kind != "mlp":  # a family's kind (the sequence family's transformer)
+        from .kinds import network
 
-        return TokenActorCritic(spec, policy)
+        build = network(policy.kind)
+        if build is None:
+            raise ValueError(f"algorithm.policy.kind: no network of kind {policy.kind!r}")
+        net: PolicyNet = build(spec, policy)
+        return net
     if policy.recurrent:
         from .recurrent import RecurrentActorCritic
 
         return RecurrentActorCritic(spec, policy)
     if policy.encoder != "mlp" and not spec.structured:
-        from ..pixels.cnn import PixelActorCritic
+        from .cnn import PixelActorCritic
 
         return PixelActorCritic(spec, policy)
     return ActorCritic(spec, policy)

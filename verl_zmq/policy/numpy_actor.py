@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from ..algos.exploration import ActionNoise, apex_priorities, epsilon, epsilon_greedy
-from ..algos.traits import numpy_acting
-from ..envs.make import EnvSpec
+from ..config.algorithms import numpy_acting
 from ..envs.spaces import features
+from ..envs.spec import EnvSpec
 from .actor import Actor, State
 from .initial import initial_policy_arrays
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from .. import wire
-from ..algos.traits import n_step
 from ..config import Job
+from ..config.algorithms import n_step
 from .index_samplers import PrioritizedSampler, UniformSampler
 from .limiter import RateLimiter
 from .storage import RingStorage

@@ -17,8 +17,8 @@ import numpy as np
 import zmq
 
 from .. import wire
-from ..algos.traits import numpy_acting
 from ..config import dumps_job
+from ..config.algorithms import numpy_acting
 from ..config.roles import EVALUATOR, trains
 from ..envs.infos import means
 from ..envs.make import env_spec

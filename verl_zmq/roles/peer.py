@@ -33,8 +33,6 @@ class PeerRole(LearnerRole):
                                spawn=lambda coro: self.tasks.create_task(coro),
                                publish=self.publish)
         self.endpoints["gossip"] = self.node.endpoint
-        # the node answers pulls and hellos from the event loop while an update runs
-        self.trainer.read_during_updates = True
         # same init everywhere (a common starting point), distinct randomness after it
         torch.manual_seed(self.job.experiment.seed * 1000 + self.ctx.index)
 

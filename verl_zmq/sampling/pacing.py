@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..algos.traits import filters_fragments
+from ..config.algorithms import filters_fragments
 
 
 @dataclass

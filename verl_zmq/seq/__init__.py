@@ -1,7 +1,8 @@
-"""Post-training at toy scale: sequence tasks as envs (`env.py`, `tasks.py`).
-
-Importing this registers the tasks with gymnasium as `verl/Reverse-v0` and
-`verl/DigitSum-v0`, each with its lock-step vector env (GRPO groups).
+"""Post-training: sequence tasks as envs (`env.py`, `tasks.py`) and prompt files
+answered by Hugging Face models, a family that plugs into the core
+(`plugins.py`). Importing this registers the tasks with gymnasium as
+`verl/Reverse-v0` and `verl/DigitSum-v0`, each with its lock-step vector env
+(GRPO groups), and the family's parts in the core's registries (`family.py`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,7 @@ for _id, _task in IDS.items():
                      vector_entry_point="verl_zmq.seq.env:SeqVectorEnv",
                      kwargs={"task": _task})
 
+from .family import register  # noqa: E402  (IDS first)
 
-def is_sequence_env(env_id: str) -> bool:
-    return env_id in IDS
+register(IDS)
 
-
-def round_steps(env_id: str, kwargs: dict) -> int:
-    """Vector steps of one lock-step round of a sequence env (its fragments must
-    hold whole rounds)."""
-    from .tasks import make_task
-
-    return make_task(kwargs.get("task", IDS[env_id])).max_response + 1

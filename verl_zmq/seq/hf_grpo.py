@@ -39,6 +39,7 @@ from ..algos.core import (
 from ..algos.grouped import response_stats, responses  # noqa: F401  (registers estimators)
 from ..algos.grpo import keep_groups
 from ..batch import PROMPT, episodes
+from ..config import GRPOParams
 from .data import PromptRecord
 from .hf import (
     Sampling,
@@ -89,7 +90,7 @@ def prompt_tensors(prompt: np.ndarray, pad: int) -> tuple[torch.Tensor, torch.Te
     return torch.where(real, p, torch.full_like(p, pad)), real.long()
 
 
-class HFGRPO(Algorithm):
+class HFGRPO(Algorithm[GRPOParams]):
     """GRPO (and verl's estimators and options) on a Hugging Face model (see the
     module); also the samplers' and the evaluator's copy of the model."""
 

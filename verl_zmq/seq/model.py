@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..config import Policy
-from ..envs.make import EnvSpec
+from ..envs.spec import EnvSpec
 from ..policy.net import PolicyNet
 from .decode import PrefixCache
 from .tasks import FIRST_ACTION_TOKEN, PAD, SEP

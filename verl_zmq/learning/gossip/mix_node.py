@@ -21,9 +21,12 @@ class MixNode(Protocol):
     id: str
     log: Any
     wire_stats: WireStats
-    peers: dict[str, wire.Member]
     trainer: Trainer
     publish: Callable[[], Awaitable[None]]  # this peer's params, a new version after a mix
+
+    @property
+    def peers(self) -> dict[str, wire.Member]:
+        """The neighbours it knows, by id."""
 
     def dealer(self, pid: str) -> zmq.asyncio.Socket:
         """The socket that reaches neighbour `pid`."""

@@ -32,15 +32,14 @@ from ...comm.messaging import WireStats, recv, request, send
 from ...comm.transport import Transport
 from ...config import Job
 from ...config.members import index_of
-from ...config.roles import PEER
 from ..trainer import Trainer
 from . import compress
 from . import core as gossip
 from .grad_mix import GradMixer
+from .neighbours import Neighbours
 from .round_mix import RoundMixer
 
 M = TypeVar("M", bound=wire.Message)
-FORGET_DEAD_S = 30.0  # a peer found dead is not re-learned from gossip for this long
 
 
 class GossipNode:
@@ -55,12 +54,10 @@ class GossipNode:
         self.transport, self.log, self.wire_stats = transport, log, stats
         self.spawn, self.publish = spawn, publish
         self.gossip_sock, self.endpoint = transport.bind(zmq.ROUTER, "gossip", hwm=100)
-        self.peers: dict[str, wire.Member] = {}
-        self.dead: dict[str, float] = {}
-        self.out: dict[str, tuple[str, zmq.asyncio.Socket]] = {}  # neighbour: endpoint, DEALER
-        self.busy: set[str] = set()
-        # sockets to close once their exchange ends
-        self.orphans: dict[str, list[zmq.asyncio.Socket]] = {}
+        self.nb = Neighbours(member_id, transport, log, self._dropped)
+        # it answers pulls and hellos from its event loop while an update runs: the
+        # trainer keeps a copy of the arrays from before each update for them
+        trainer.read_during_updates = True
         self.info: dict[str, dict[str, float]] = {}  # from hellos: reward, version, env_steps
         self.queue = gossip.ParamQueue(G.max_queue_size, G.priority_fn)
         self.recv_fp: dict[str, str] = {}  # fingerprint of what each peer last sent us
@@ -72,71 +69,28 @@ class GossipNode:
         self.stats = dict.fromkeys(("exchanges", "pulls", "pulls_skipped", "mixes", "adopted",
                                     "refused", "timeouts", "stale_dropped"), 0)
         self._fp_cache: tuple[tuple[int, float], str] = ((-1, 0.0), "")
-        self._registry_peers: dict[str, wire.Member] = {}
         self.bootstrapped = asyncio.Event()
         deadline = G.round_deadline_s or self.job.launch.liveness_timeout_s
         self.mixer = RoundMixer(self, deadline) if G.mixing in ("exact", "gradients") else None
         grads = G.mixing == "gradients"
         self.grads = GradMixer(self, deadline, job.launch.peers) if grads else None
 
-    # -- who is out there ---------------------------------------------------------------
+    # -- who is out there (neighbours.py) --------------------------------------------------
+
+    @property
+    def peers(self) -> dict[str, wire.Member]:
+        return self.nb.peers
 
     def on_membership(self, members: dict[str, wire.Member]) -> None:
-        """The registry's view: peers it dropped are dropped here too."""
-        now = {m.id: m for m in members.values() if m.role == PEER and m.id != self.id}
-        for pid in list(self.peers):
-            if pid in self._registry_peers and pid not in now:
-                self._drop(pid, "registry")  # missed heartbeats, or left
-        self._registry_peers = now
-        for m in now.values():
-            self._learn(m, "registry")
-
-    def _learn(self, m: wire.Member, how: str) -> None:
-        if m.id == self.id or m.role != PEER or not m.endpoints.get("gossip"):
-            return
-        if how == "gossip" and self.dead.get(m.id, 0.0) > time.monotonic():
-            return
-        old = self.peers.get(m.id)
-        if old is None or old.endpoints.get("gossip") != m.endpoints.get("gossip"):
-            if old is not None:
-                self._close(m.id)
-            self.peers[m.id] = m
-            self.dead.pop(m.id, None)
-            self.log.info("peer_learned", member=m.id, via=how, peers=len(self.peers))
-
-    def _drop(self, pid: str, why: str) -> None:
-        if self.peers.pop(pid, None) is None:
-            return
-        self._close(pid)
-        if self.grads is not None:
-            self.grads.arrived.set()  # a round waiting for it stops waiting now
-        self.dead[pid] = time.monotonic() + FORGET_DEAD_S
-        self.info.pop(pid, None)
-        self.log.info("neighbour_dropped", member=pid, reason=why, peers=len(self.peers))
-
-    def _close(self, pid: str) -> None:
-        ep_sock = self.out.pop(pid, None)
-        # an exchange in flight is waiting on this socket: it closes it when done
-        # (closing it under a pending recv fails that recv, and with it the role)
-        if ep_sock is None:
-            return
-        if pid in self.busy:
-            self.orphans.setdefault(pid, []).append(ep_sock[1])
-        else:
-            self.transport.close_socket(ep_sock[1])
+        self.nb.on_membership(members)
 
     def dealer(self, pid: str) -> zmq.asyncio.Socket:
-        ep = self.peers[pid].endpoints["gossip"]
-        cur = self.out.get(pid)
-        if cur is None or cur[0] != ep:
-            if cur is not None:
-                self.transport.close_socket(cur[1])
-            cur = (ep, self.transport.connect(zmq.DEALER, ep, hwm=10))
-            self.out[pid] = cur
-        return cur[1]
+        return self.nb.dealer(pid)
 
-    def _members(self) -> list[wire.Member]:
-        return list(self.peers.values())[:64]
+    def _dropped(self, pid: str) -> None:
+        if self.grads is not None:
+            self.grads.arrived.set()  # a round waiting for it stops waiting now
+        self.info.pop(pid, None)
 
     # -- what this peer holds -----------------------------------------------------------
 
@@ -162,7 +116,7 @@ class GossipNode:
         return wire.GossipHello(reply=reply, fingerprint=self.fingerprint(),
                                 reward=self.reward(), version=self.trainer.state.version,
                                 env_steps=self.trainer.state.env_steps,
-                                members=self._members())
+                                members=self.nb.listed())
 
     # -- rounds -------------------------------------------------------------------------
 
@@ -186,14 +140,14 @@ class GossipNode:
         return [ids[int(j)] for j in row]
 
     def _start_round(self) -> None:
-        chosen = [n for n in self._neighbours() if n not in self.busy]
+        chosen = [n for n in self._neighbours() if n not in self.nb.busy]
         self.round += 1
         self.stats["exchanges"] += len(chosen)
         self.log.info("gossip_round", round=self.round, exchanges=len(chosen),
                       neighbours=chosen, peers=len(self.peers),
                       version=self.trainer.state.version)
         for n in chosen:
-            self.busy.add(n)
+            self.nb.busy.add(n)
             self.spawn(self._exchange(n))
 
     async def _ask(self, sock: zmq.asyncio.Socket, msg: wire.Message,
@@ -207,15 +161,11 @@ class GossipNode:
             if pid in self.peers:
                 await self._exchange_once(pid, self.dealer(pid))
         finally:
-            self.busy.discard(pid)
-            for orphan in self.orphans.pop(pid, []):  # dropped or replaced meanwhile
-                self.transport.close_socket(orphan)
+            self.nb.release(pid)  # sockets dropped or replaced meanwhile close now
 
     def _no_reply(self, pid: str, sock: zmq.asyncio.Socket) -> None:
         self.stats["timeouts"] += 1
-        cur = self.out.get(pid)
-        if cur is not None and cur[1] is sock:  # not already dropped or replaced
-            self._drop(pid, "no_reply")
+        self.nb.silent(pid, sock)
 
     async def _exchange_once(self, pid: str, sock: zmq.asyncio.Socket) -> None:
         hello = await self._ask(sock, self._hello(False), wire.GossipHello)
@@ -241,7 +191,7 @@ class GossipNode:
         self.info[pid] = {"reward": float(hello.reward), "version": hello.version,
                           "env_steps": hello.env_steps}
         for m in hello.members:
-            self._learn(m, "gossip")
+            self.nb.learn(m, "gossip")
 
     def _take_params(self, pid: str, msg: wire.GossipParams,
                      base: dict[str, np.ndarray] | None) -> None:
@@ -377,7 +327,7 @@ class GossipNode:
                 return
             self._start_round()
             deadline = time.monotonic() + 1.5 * self.job.launch.liveness_timeout_s
-            while self.busy and time.monotonic() < deadline:
+            while self.nb.busy and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             if len(self.queue):
                 self._mix()

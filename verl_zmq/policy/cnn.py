@@ -10,12 +10,14 @@ never before (samplers and the wire keep them uint8)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from ..config import Policy
-from ..envs.make import EnvSpec
-from ..policy.net import PolicyNet
+from ..envs.spec import EnvSpec
+from .net import PolicyNet
 
 
 class _Residual(nn.Module):
@@ -24,8 +26,9 @@ class _Residual(nn.Module):
         self.c1 = nn.Conv2d(ch, ch, 3, padding=1)
         self.c2 = nn.Conv2d(ch, ch, 3, padding=1)
 
-    def forward(self, x):
-        return x + self.c2(torch.relu(self.c1(torch.relu(x))))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = x + self.c2(torch.relu(self.c1(torch.relu(x))))
+        return out
 
 
 def encoder(kind: str, shape: tuple[int, ...]) -> tuple[nn.Module, int]:
@@ -61,7 +64,7 @@ def encoder(kind: str, shape: tuple[int, ...]) -> tuple[nn.Module, int]:
 class _Pixels(nn.Module):
     """[B, H, W, C] uint8 (or float of the same values) -> [B, C, H, W] in [0, 1]."""
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.permute(0, 3, 1, 2).float() / 255.0
 
 
@@ -79,25 +82,31 @@ class PixelActorCritic(PolicyNet):
         nn.init.zeros_(self.pi.bias)
         if spec.continuous:
             self.log_std = nn.Parameter(torch.full((spec.n_actions,), policy.log_std_init))
-        self._memo: tuple = (None, None, None)
+        # (the observations, their version and grad mode, the features they gave)
+        self._memo: tuple[torch.Tensor | None, tuple[int, bool] | None,
+                          torch.Tensor | None] = (None, None, None)
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
         """The encoder's features, kept for a second head's call on the same tensor
         (a PPO loss asks for the policy and the value)."""
         key = (obs._version, torch.is_grad_enabled())
-        if self._memo[0] is obs and self._memo[1] == key:
+        if self._memo[0] is obs and self._memo[1] == key and self._memo[2] is not None:
             return self._memo[2]
-        h = self.encoder(obs)
+        h: torch.Tensor = self.encoder(obs)
         self._memo = (obs, key, h)
         return h
 
-    def dist(self, obs, seq=None, acting=False):
+    def dist(self, obs: torch.Tensor, seq: torch.Tensor | None = None,
+             acting: bool = False) -> Any:
         return self.make_dist(self.pi(self._features(obs)))
 
-    def value(self, obs, seq=None, acting=False):
-        return self.v(self._features(obs)).squeeze(-1)
+    def value(self, obs: torch.Tensor, seq: torch.Tensor | None = None,
+              acting: bool = False) -> torch.Tensor:
+        out: torch.Tensor = self.v(self._features(obs)).squeeze(-1)
+        return out
 
-    def head_out(self, obs):
-        return self.pi(self.encoder(obs))
+    def head_out(self, obs: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.pi(self.encoder(obs))
+        return out
 
 

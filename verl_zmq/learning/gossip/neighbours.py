@@ -1,0 +1,107 @@
+"""The peers a gossip node knows and one DEALER to each: learned from the
+registry's membership and from what neighbours say of theirs (so membership
+survives the registry), dropped when the registry drops them or they do not
+answer (not learned again from gossip for FORGET_DEAD_S), and their sockets
+closed only once an exchange in flight on one has ended (closing a socket
+under a pending recv fails that recv, and with it the role)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from ... import wire
+from ...comm.transport import Transport
+from ...config.roles import ROLE_TRAITS
+
+FORGET_DEAD_S = 30.0  # a peer found dead is not re-learned from gossip for this long
+MAX_LISTED = 64  # peers a hello names
+
+
+def gossips(m: wire.Member) -> bool:
+    """A member of a role that gossips (it declares a gossip endpoint)."""
+    return m.role in ROLE_TRAITS and "gossip" in ROLE_TRAITS[m.role].endpoints
+
+
+class Neighbours:
+    """Who is out there, and the socket to each; `on_drop(pid)` tells the node."""
+
+    def __init__(self, my_id: str, transport: Transport, log: Any,
+                 on_drop: Callable[[str], None]):
+        self.id, self.transport, self.log, self.on_drop = my_id, transport, log, on_drop
+        self.peers: dict[str, wire.Member] = {}
+        self.dead: dict[str, float] = {}
+        self.out: dict[str, tuple[str, zmq.asyncio.Socket]] = {}  # neighbour: endpoint, DEALER
+        self.busy: set[str] = set()  # neighbours with an exchange in flight
+        self.orphans: dict[str, list[zmq.asyncio.Socket]] = {}  # closed when it ends
+        self.from_registry: dict[str, wire.Member] = {}
+
+    def on_membership(self, members: dict[str, wire.Member]) -> None:
+        """The registry's view: peers it dropped are dropped here too."""
+        now = {m.id: m for m in members.values() if gossips(m) and m.id != self.id}
+        for pid in list(self.peers):
+            if pid in self.from_registry and pid not in now:
+                self.drop(pid, "registry")  # missed heartbeats, or left
+        self.from_registry = now
+        for m in now.values():
+            self.learn(m, "registry")
+
+    def learn(self, m: wire.Member, how: str) -> None:
+        if m.id == self.id or not gossips(m) or not m.endpoints.get("gossip"):
+            return
+        if how == "gossip" and self.dead.get(m.id, 0.0) > time.monotonic():
+            return
+        old = self.peers.get(m.id)
+        if old is None or old.endpoints.get("gossip") != m.endpoints.get("gossip"):
+            if old is not None:
+                self.close(m.id)
+            self.peers[m.id] = m
+            self.dead.pop(m.id, None)
+            self.log.info("peer_learned", member=m.id, via=how, peers=len(self.peers))
+
+    def drop(self, pid: str, why: str) -> None:
+        if self.peers.pop(pid, None) is None:
+            return
+        self.close(pid)
+        self.dead[pid] = time.monotonic() + FORGET_DEAD_S
+        self.on_drop(pid)
+        self.log.info("neighbour_dropped", member=pid, reason=why, peers=len(self.peers))
+
+    def close(self, pid: str) -> None:
+        ep_sock = self.out.pop(pid, None)
+        if ep_sock is None:
+            return
+        if pid in self.busy:  # an exchange waits on it: it closes it when done
+            self.orphans.setdefault(pid, []).append(ep_sock[1])
+        else:
+            self.transport.close_socket(ep_sock[1])
+
+    def dealer(self, pid: str) -> zmq.asyncio.Socket:
+        ep = self.peers[pid].endpoints["gossip"]
+        cur = self.out.get(pid)
+        if cur is None or cur[0] != ep:
+            if cur is not None:
+                self.transport.close_socket(cur[1])
+            cur = (ep, self.transport.connect(zmq.DEALER, ep, hwm=10))
+            self.out[pid] = cur
+        return cur[1]
+
+    def release(self, pid: str) -> None:
+        """An exchange with `pid` has ended: its sockets dropped meanwhile close now."""
+        self.busy.discard(pid)
+        for orphan in self.orphans.pop(pid, []):
+            self.transport.close_socket(orphan)
+
+    def silent(self, pid: str, sock: zmq.asyncio.Socket) -> None:
+        """`pid` did not answer on `sock`: dropped, unless dropped or replaced already."""
+        cur = self.out.get(pid)
+        if cur is not None and cur[1] is sock:
+            self.drop(pid, "no_reply")
+
+    def listed(self) -> list[wire.Member]:
+        """The peers a hello names."""
+        return list(self.peers.values())[:MAX_LISTED]

@@ -28,10 +28,10 @@ UPDATES = 3
 def _collected_batch(job, algo, spec, fragments: int) -> dict[str, np.ndarray]:
     from verl_zmq.batch import job_layout
     from verl_zmq.envs.make import make_vector_env
-    from verl_zmq.sampling.collector import Collector
+    from verl_zmq.sampling.collector import EnvCollector
 
     venv, seeds = make_vector_env(job.environment, job.sampling.num_envs_per_worker, 0, 1)
-    col = Collector(job, algo, venv, seeds)
+    col = EnvCollector(job, algo, venv, seeds)
     frags = [col.collect()[0] for _ in range(fragments)]
     venv.close()
     return job_layout(job, spec).concat(frags)

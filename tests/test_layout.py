@@ -204,3 +204,28 @@ def test_a_probe_through_an_alias_is_found():
             return getattr(x, "params", None)
         """)
     assert layout.probes(planted) == [4, 7]
+
+
+def test_every_connection_is_an_edge_of_the_declared_data_flow():
+    from verl_zmq.config import wiring
+
+    raw = [f"{p.relative_to(ROOT)}:{i}" for p in _sources() for i in layout.raw_connects(
+        p.read_text())]
+    assert not raw, f"connect through Transport.connect_edge (config/wiring.py): {raw}"
+    used = {name.rsplit(".", 1)[-1] for p in _sources()
+            for _, name in layout.edges_connected(p.read_text())}
+    declared = {n for n, v in vars(wiring).items() if isinstance(v, wiring.Edge)}
+    assert used <= declared, used - declared
+    # every ZeroMQ edge is connected somewhere (DIST is torch.distributed's)
+    assert {n for n in declared if vars(wiring)[n].pattern != "TCP"} <= used
+
+
+def test_a_raw_connect_is_found():
+    planted = textwrap.dedent("""
+        def f(t, ep):
+            a = t.connect(zmq.PUSH, ep, hwm=2)
+            b = t.connect_edge(FRAGMENTS, ep)
+            sock.connect(ep)
+        """)
+    assert layout.raw_connects(planted) == [3]
+    assert layout.edges_connected(planted) == [(4, "FRAGMENTS")]

@@ -15,7 +15,7 @@ from verl_zmq.config import load_job
 from verl_zmq.envs.make import env_spec, make_vector_env
 from verl_zmq.pixels.catch import CatchEnv
 from verl_zmq.policy.cnn import encoder
-from verl_zmq.sampling.collector import Collector
+from verl_zmq.sampling.collector import EnvCollector
 
 JOB = CONFIGS / "catch_ppo.toml"
 
@@ -46,7 +46,7 @@ def _collector(job):
     torch.manual_seed(0)
     algo = make_algorithm(job, spec)
     venv, seeds = make_vector_env(job.environment, job.sampling.num_envs_per_worker, 0)
-    return Collector(job, algo, venv, seeds), algo, spec
+    return EnvCollector(job, algo, venv, seeds), algo, spec
 
 
 def test_images_stay_uint8_from_the_env_to_the_learners_batch():

@@ -194,11 +194,11 @@ def test_grpo_update_learns_only_from_counted_responses():
     and the advantage of each token is its response's."""
     from verl_zmq.batch import job_layout
     from verl_zmq.envs.make import env_spec, make_vector_env
-    from verl_zmq.sampling.collector import Collector
+    from verl_zmq.sampling.collector import EnvCollector
 
     algo, job = _algo("sampling.num_envs_per_worker=16", "environment.kwargs={group_size=8}")
     venv, seeds = make_vector_env(job.environment, 16, 0)
-    col = Collector(job, algo, venv, seeds)
+    col = EnvCollector(job, algo, venv, seeds)
     frags = [col.collect()[0] for _ in range(2)]
     batch = job_layout(job, env_spec(job.environment)).concat(frags)
     out = algo.learn(batch).metrics
@@ -289,12 +289,12 @@ def test_ppo_with_a_critic_and_the_kl_in_the_reward_updates_on_sequences():
     from verl_zmq.algos import make_algorithm
     from verl_zmq.batch import job_layout
     from verl_zmq.envs.make import env_spec, make_vector_env
-    from verl_zmq.sampling.collector import Collector
+    from verl_zmq.sampling.collector import EnvCollector
 
     job = load_job(CONFIGS / "reverse_ppo.toml", ["sampling.num_envs_per_worker=8"])
     algo = make_algorithm(job, env_spec(job.environment))
     venv, seeds = make_vector_env(job.environment, 8, 0)
-    col = Collector(job, algo, venv, seeds)
+    col = EnvCollector(job, algo, venv, seeds)
     batch = job_layout(job, env_spec(job.environment)).concat([col.collect()[0]])
     out = algo.learn(batch).metrics
     assert "charts/kl_ref" in out and "losses/kl_ref" not in out  # a penalty, not a loss

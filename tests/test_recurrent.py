@@ -15,7 +15,7 @@ from verl_zmq.batch import FIRST, STATE, job_layout
 from verl_zmq.config import load_job
 from verl_zmq.envs.make import env_spec, make_vector_env
 from verl_zmq.policy.numpy_actor import NumpyActor
-from verl_zmq.sampling.collector import Collector
+from verl_zmq.sampling.collector import EnvCollector
 
 
 def _job(cell: str, *more: str):
@@ -56,7 +56,7 @@ def test_sampler_and_learner_log_probs_agree(cell, recurrence):
     spec = env_spec(job.environment)
     actor = NumpyActor(job, spec)
     venv, seeds = make_vector_env(job.environment, 3, 0, 1)
-    col = Collector(job, actor, venv, seeds)
+    col = EnvCollector(job, actor, venv, seeds)
     learner = make_algorithm(job, spec)
     learner.load_policy_arrays(actor.arrays)
     layout = job_layout(job, spec)
@@ -84,7 +84,7 @@ def test_recurrent_update_learns_from_the_shipped_state(vtrace):
     spec = env_spec(job.environment)
     actor = NumpyActor(job, spec)
     venv, seeds = make_vector_env(job.environment, 4, 0, 1)
-    col = Collector(job, actor, venv, seeds)
+    col = EnvCollector(job, actor, venv, seeds)
     learner = make_algorithm(job, spec)
     a, _ = col.collect()
     out = learner.learn(job_layout(job, spec).concat([a])).metrics
@@ -105,7 +105,7 @@ def test_a_convolutional_recurrent_policy_acts_in_torch_and_agrees_with_its_lear
     actor = make_actor(job, spec, (0, 1), (0, 0), threads=1)
     assert not isinstance(actor, NumpyActor) and actor.state_size == 16
     venv, seeds = make_vector_env(job.environment, 2, 0, 1)
-    col = Collector(job, actor, venv, seeds)
+    col = EnvCollector(job, actor, venv, seeds)
     learner = make_algorithm(job, spec)
     learner.load_policy_arrays(actor.policy_arrays())
     a, _ = col.collect()

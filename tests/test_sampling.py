@@ -14,7 +14,7 @@ from verl_zmq.algos import make_algorithm
 from verl_zmq.batch import Layout
 from verl_zmq.config import load_job
 from verl_zmq.envs.make import env_seeds, env_spec, make_vector_env
-from verl_zmq.sampling.collector import Collector
+from verl_zmq.sampling.collector import EnvCollector
 
 
 def _collector(overrides):
@@ -22,7 +22,7 @@ def _collector(overrides):
     spec = env_spec(job.environment)
     algo = make_algorithm(job, spec)
     venv, seeds = make_vector_env(job.environment, job.sampling.num_envs_per_worker, 0, 1)
-    return job, spec, algo, Collector(job, algo, venv, seeds)
+    return job, spec, algo, EnvCollector(job, algo, venv, seeds)
 
 
 def test_cartpole_fragment_layout_and_autoreset_marking():

@@ -16,7 +16,7 @@ from verl_zmq.config import load_job
 from verl_zmq.envs.make import env_spec, make_vector_env
 from verl_zmq.envs.spaces import features, obs_leaves, split
 from verl_zmq.policy.numpy_actor import make_actor
-from verl_zmq.sampling.collector import Collector
+from verl_zmq.sampling.collector import EnvCollector
 
 NESTED = ['environment.id="tests.envs:NestedObsEnv"']
 
@@ -26,7 +26,7 @@ def _fragment(job_file: str, overrides: list[str], n: int = 1):
     spec = env_spec(job.environment)
     actor = make_actor(job, spec, (0, 1), (0, 0), threads=1)
     venv, seeds = make_vector_env(job.environment, 3, 0, 1)
-    col = Collector(job, actor, venv, seeds)
+    col = EnvCollector(job, actor, venv, seeds)
     frags = [col.collect()[0] for _ in range(n)]
     _fragment.actor = actor  # type: ignore[attr-defined]  # the policy that acted
     return job, spec, frags

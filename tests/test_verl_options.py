@@ -120,10 +120,10 @@ def _grpo(*sets):
 
 def _fragment(job, algo):
     from verl_zmq.envs.make import make_vector_env
-    from verl_zmq.sampling.collector import Collector
+    from verl_zmq.sampling.collector import EnvCollector
 
     venv, seeds = make_vector_env(job.environment, 16, 0)
-    return Collector(job, algo, venv, seeds).collect()[0]
+    return EnvCollector(job, algo, venv, seeds).collect()[0]
 
 
 def test_filter_groups_marks_out_groups_without_signal_and_counts_the_rest():

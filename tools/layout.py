@@ -262,6 +262,25 @@ def probes(source: str, probed: Iterable[str] = PROBED) -> list[int]:
     return sorted(set(lines))
 
 
+def raw_connects(source: str) -> list[int]:
+    """Lines that connect a socket of a ZeroMQ pattern directly (`x.connect(zmq.PUSH,
+    ...)`) instead of through an edge of the declared data flow (`connect_edge`)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "connect" and node.args \
+                and ast.unparse(node.args[0]).startswith("zmq."):
+            lines.append(node.lineno)
+    return lines
+
+
+def edges_connected(source: str) -> list[tuple[int, str]]:
+    """(line, the edge's name as written) of every `connect_edge(EDGE, ...)`."""
+    return [(node.lineno, ast.unparse(node.args[0])) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "connect_edge" and node.args]
+
+
 def main() -> None:
     graph = module_graph()
     if sys.argv[1:] == ["--edges"]:

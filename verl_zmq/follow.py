@@ -27,6 +27,7 @@ import zmq
 
 from . import wire
 from .comm.transport import CurveKeys, Transport
+from .config.wiring import SPARE_PARAMS, SPARE_REGISTRY
 
 ASK_EVERY_S = 1.0  # how often the registry is asked while the endpoint is unknown
 HEARTBEAT_S, DEAD_AFTER_S = 1.0, 3.0  # the job's defaults: the job is not known yet
@@ -66,7 +67,7 @@ class Follower:
             endpoint = self._endpoint(t)
             if endpoint is None:
                 return
-            sub = t.connect(zmq.SUB, endpoint, hwm=4)
+            sub = t.connect_edge(SPARE_PARAMS, endpoint)
             sub.setsockopt(zmq.SUBSCRIBE, b"")
             while not self._stop.is_set():
                 if sub.poll(100):
@@ -79,7 +80,7 @@ class Follower:
 
     def _endpoint(self, t: Transport) -> str | None:
         """The member's params endpoint as the registry knows it (None: stopped first)."""
-        dealer = t.connect(zmq.DEALER, self.registry, hwm=4)
+        dealer = t.connect_edge(SPARE_REGISTRY, self.registry)
         try:
             while not self._stop.is_set():
                 dealer.send_multipart(wire.encode(wire.SnapshotRequest(src=self.member_id)))
@@ -88,8 +89,8 @@ class Follower:
                         msg = wire.decode(dealer.recv_multipart(copy=False))
                         if isinstance(msg, wire.MembershipSnapshot):
                             for m in msg.members:
-                                if m.id == self.member_id and m.endpoints.get("params"):
-                                    return m.endpoints["params"]
+                                if m.id == self.member_id and SPARE_PARAMS.endpoint_of(m):
+                                    return SPARE_PARAMS.endpoint_of(m)
                 self._stop.wait(ASK_EVERY_S)
             return None
         finally:

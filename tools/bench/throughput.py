@@ -46,14 +46,14 @@ def sampler_loop(job_path: Path, envs: int, seconds: float, T: int,
     from verl_zmq.config import load_job
     from verl_zmq.envs.make import env_spec, make_vector_env
     from verl_zmq.policy.numpy_actor import make_actor
-    from verl_zmq.sampling.collector import Collector
+    from verl_zmq.sampling.collector import EnvCollector
 
     job = load_job(job_path, [f"sampling.num_envs_per_worker={envs}",
                               f"sampling.fragment_length={T}",
                               f"replay.capacity={T * envs * 8}", *extra])
     actor = make_actor(job, env_spec(job.environment), (0, 1), (0, 0), threads=1)
     venv, seeds = make_vector_env(job.environment, envs, 0, 1)
-    col = Collector(job, actor, venv, seeds)
+    col = EnvCollector(job, actor, venv, seeds)
     col.collect()
     t0, steps = time.perf_counter(), 0
     while time.perf_counter() - t0 < seconds:
@@ -88,14 +88,14 @@ def bare_loop(job_path: Path, envs: int, seconds: float, T: int) -> float:
     from verl_zmq.algos import make_algorithm
     from verl_zmq.config import load_job
     from verl_zmq.envs.make import env_spec, make_vector_env
-    from verl_zmq.sampling.collector import Collector
+    from verl_zmq.sampling.collector import EnvCollector
 
     torch.set_num_threads(1)
     job = load_job(job_path, [f"sampling.num_envs_per_worker={envs}",
                               f"sampling.fragment_length={T}", f"replay.capacity={T * envs * 8}"])
     algo = make_algorithm(job, env_spec(job.environment))
     venv, seeds = make_vector_env(job.environment, envs, 0, 1)
-    col = Collector(job, algo, venv, seeds)  # the sampler's own stepping code, without I/O
+    col = EnvCollector(job, algo, venv, seeds)  # the sampler's own stepping code, without I/O
     col.collect()
     t0, steps = time.perf_counter(), 0
     while time.perf_counter() - t0 < seconds:

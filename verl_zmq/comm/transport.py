@@ -18,6 +18,8 @@ from pathlib import Path
 import zmq
 import zmq.asyncio
 
+from ..config.wiring import Edge
+
 DEFAULT_HWM = 16
 _inproc_ids = itertools.count()
 
@@ -229,10 +231,19 @@ class Transport:
 
     def connect(self, kind: int, endpoint: str | None = None,
                 hwm: int = DEFAULT_HWM, kernel_buffer: int = 0) -> zmq.asyncio.Socket:
+        """A socket of `kind` (connected to `endpoint` where given). Roles connect
+        through `connect_edge`, the job's declared data flow."""
         s = self.socket(kind, hwm=hwm, kernel_buffer=kernel_buffer)
         if endpoint:
             s.connect(endpoint)
         return s
+
+    def connect_edge(self, edge: Edge, endpoint: str | None = None,
+                     kernel_buffer: int = 0) -> zmq.asyncio.Socket:
+        """The connecting side of one edge of the data flow (`config/wiring.py`): its
+        socket pattern and high-water mark, connected to `endpoint` where given."""
+        return self.connect(getattr(zmq, edge.pattern), endpoint, hwm=edge.hwm,
+                            kernel_buffer=kernel_buffer)
 
     def close_socket(self, s: zmq.asyncio.Socket) -> None:
         if s in self.sockets:

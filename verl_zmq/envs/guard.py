@@ -63,6 +63,10 @@ class GuardedVectorEnv:
         return gym.vector.AsyncVectorEnv([make] * self.num_envs, shared_memory=False,
                                          context="spawn")
 
+    def counters(self) -> dict[str, int]:
+        """What its sampler reports (`sampling.collector.Counted`)."""
+        return {"env_failures": self.failures, "episodes_dropped": self.dropped_episodes}
+
     def reset(self, seed=None, options=None):
         self.resets += 1
         return self.venv.reset(seed=seed if seed is not None else self._next_seeds())

@@ -17,6 +17,7 @@ import zmq
 
 from .. import wire
 from ..comm.messaging import recv, send
+from ..config.wiring import REQUESTS
 from .state import LinkConfig
 
 
@@ -89,7 +90,7 @@ class ShardLinks:
         new = []
         for mid, addr in wanted.items():
             if addr.endpoint and mid not in self.links:
-                sock = self.transport.connect(zmq.DEALER, addr.endpoint, hwm=1000)
+                sock = self.transport.connect_edge(REQUESTS, addr.endpoint)
                 link = Link(mid, addr, sock)
                 link.reader = self.spawn(self._read(link))
                 self.links[mid] = link

@@ -19,7 +19,8 @@ import zmq
 from .. import wire
 from ..config import dumps_job
 from ..config.algorithms import numpy_acting
-from ..config.roles import EVALUATOR, trains
+from ..config.roles import EVALUATOR
+from ..config.wiring import EVALUATOR_PARAMS
 from ..envs.infos import means
 from ..envs.make import env_spec
 from ..learning.gossip.core import fingerprint
@@ -76,7 +77,7 @@ class EvaluatorRole(Role):
                       else "torch")
         self.rms = obs_norm(self.spec) if self.job.environment.normalize_obs \
             else None
-        self.sub = self.ctx.transport.connect(zmq.SUB, hwm=4)
+        self.sub = self.ctx.transport.connect_edge(EVALUATOR_PARAMS)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.learners: dict[str, str] = {}
         # per trainer (a learner, or each DAPO peer): when next, reached, finished
@@ -120,10 +121,8 @@ class EvaluatorRole(Role):
         super().on_membership(members)
         # a trainer of our group (rank 0 of data-parallel learners: the others
         # publish nothing); in a decentralised job every peer, whatever its group
-        anywhere = self.job.traits.decentralised
-        wanted = {m.id: m.endpoints["params"] for m in members.values()
-                  if trains(m.role) and (anywhere or m.group == self.ctx.group)
-                  and m.endpoints.get("params")}
+        wanted = EVALUATOR_PARAMS.targets(members.values(), self.ctx.group,
+                                          self.job.traits.decentralised)
         reconnect(self.sub, self.learners, wanted, self.log, "learner")
         self.trainers = set(wanted)
 

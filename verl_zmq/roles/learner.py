@@ -28,6 +28,7 @@ from .. import wire
 from ..algos.optim import Adam
 from ..comm.messaging import recv_frames
 from ..config.roles import EVALUATOR, LEARNER, REPLAY
+from ..config.wiring import DIST, REQUESTS
 from ..envs.make import env_spec
 from ..learning.data_parallel import LearnerGroup, free_port
 from ..learning.feeds import make_feed
@@ -117,14 +118,14 @@ class LearnerRole(Role):
             ranks = {m.id: m for m in self.members_of(LEARNER)
                      if m.group == self.ctx.group and index_of(m.id) < g.world}
             first = ranks.get("learner-0")
-            if first is not None and first.endpoints.get("dist") and len(ranks) == g.world:
+            if first is not None and DIST.endpoint_of(first) and len(ranks) == g.world:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"learner group: {g.world - len(ranks)} of {g.world} learners "
                                    f"did not register within {T.learner_timeout_s:g}s "
                                    f"(have {sorted(ranks)})")
             await asyncio.sleep(0.1)
-        endpoint = first.endpoints["dist"]
+        endpoint = DIST.endpoint_of(first)
         self.log.info("learner_group_joining", rank=g.rank, world=g.world, backend=g.backend,
                       endpoint=endpoint)
         if not g.primary:  # rank 0 restarting meanwhile: this join would wait for nothing
@@ -183,9 +184,9 @@ class LearnerRole(Role):
                 async with asyncio.timeout(self.job.launch.heartbeat_interval_s):
                     await self.shards_changed.wait()
             self.shards_changed.clear()
-            await self.feed.reconcile({
-                m.id: ShardAddress(m.endpoints.get("requests", ""), m.incarnation)
-                for m in self.group_members(REPLAY).values()})
+            shards = self.group_members(REPLAY).values()
+            await self.feed.reconcile({m.id: ShardAddress(REQUESTS.endpoint_of(m), m.incarnation)
+                                       for m in shards})
 
     # -- params -------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import zmq
 
 from .. import wire
 from ..comm.versions import local_versions
+from ..config.wiring import MEMBERSHIP, TO_REGISTRY
 from .base import Role, RoleRefused, recv, send
 
 
@@ -91,7 +92,7 @@ class RegistryClient:
     # -- sockets ----------------------------------------------------------------
 
     def _open(self) -> None:
-        self.dealer = self.t.connect(zmq.DEALER, self.endpoint, hwm=64)
+        self.dealer = self.t.connect_edge(TO_REGISTRY, self.endpoint)
 
     def _close(self) -> None:
         for s in (self.dealer, self.sub):
@@ -105,7 +106,7 @@ class RegistryClient:
             return
         if self.sub is not None:
             self.t.close_socket(self.sub)
-        self.sub = self.t.connect(zmq.SUB, endpoint, hwm=1000)
+        self.sub = self.t.connect_edge(MEMBERSHIP, endpoint)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub_endpoint = endpoint
 

@@ -174,6 +174,10 @@ class SeqVectorEnv(gym.vector.VectorEnv):
     def reward_errors(self) -> int:
         return self.seq.reward_errors
 
+    def counters(self) -> dict[str, int]:
+        """What its sampler reports (`sampling.collector.Counted`)."""
+        return {"reward_errors": self.seq.reward_errors}
+
     def _new_round(self) -> None:
         G = self.group_size
         for g in range(self.num_envs // G):

@@ -99,7 +99,7 @@ class Scorer:
 
 class GenerateCollector:
     """Generates groups of responses to this sampler's prompts and cuts them into
-    fragments (see the module); the attributes a sampler reads of a `Collector`."""
+    fragments (see the module): a `sampling.Collector`."""
 
     def __init__(self, job: Any, algo: Any, worker: int, workers: int):
         self.job, self.algo = job, algo
@@ -117,6 +117,7 @@ class GenerateCollector:
         self.steps = 0  # fragment rows generated (a row: one token slot of every response)
         self.swaps = 0
         self.rejected_params = 0
+        self.seeds: list[int] = []  # no envs
         self.gen_s = 0.0
         self.tokens = 0
 
@@ -175,8 +176,16 @@ class GenerateCollector:
         return arrays, self.version
 
     def metrics(self) -> dict[str, float]:
-        out = {"timing_s/gen": round(self.gen_s, 3), "sampler/tokens": float(self.tokens)}
+        out = {"timing_s/gen": round(self.gen_s, 3), "sampler/tokens": float(self.tokens),
+               "sampler/reward_errors": float(self.venv.reward_errors)}
         if self.gen_s > 0:
             out["sampler/tokens_per_s"] = round(self.tokens / self.gen_s, 1)
         return out
+
+    def regroup(self, index: int, count: int) -> None:
+        """The epoch's prompts are shared among the samplers alive now."""
+        self.deck.regroup(index, count)
+
+    def close(self) -> None:
+        self.venv.close()
 

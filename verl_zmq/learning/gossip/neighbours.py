@@ -16,15 +16,15 @@ import zmq.asyncio
 
 from ... import wire
 from ...comm.transport import Transport
-from ...config.roles import ROLE_TRAITS
+from ...config.wiring import GOSSIP
 
 FORGET_DEAD_S = 30.0  # a peer found dead is not re-learned from gossip for this long
 MAX_LISTED = 64  # peers a hello names
 
 
 def gossips(m: wire.Member) -> bool:
-    """A member of a role that gossips (it declares a gossip endpoint)."""
-    return m.role in ROLE_TRAITS and "gossip" in ROLE_TRAITS[m.role].endpoints
+    """A member of a role that binds the gossip endpoint."""
+    return m.role in GOSSIP.binders
 
 
 class Neighbours:
@@ -51,12 +51,12 @@ class Neighbours:
             self.learn(m, "registry")
 
     def learn(self, m: wire.Member, how: str) -> None:
-        if m.id == self.id or not gossips(m) or not m.endpoints.get("gossip"):
+        if m.id == self.id or not gossips(m) or not GOSSIP.endpoint_of(m):
             return
         if how == "gossip" and self.dead.get(m.id, 0.0) > time.monotonic():
             return
         old = self.peers.get(m.id)
-        if old is None or old.endpoints.get("gossip") != m.endpoints.get("gossip"):
+        if old is None or GOSSIP.endpoint_of(old) != GOSSIP.endpoint_of(m):
             if old is not None:
                 self.close(m.id)
             self.peers[m.id] = m
@@ -81,12 +81,12 @@ class Neighbours:
             self.transport.close_socket(ep_sock[1])
 
     def dealer(self, pid: str) -> zmq.asyncio.Socket:
-        ep = self.peers[pid].endpoints["gossip"]
+        ep = GOSSIP.endpoint_of(self.peers[pid])
         cur = self.out.get(pid)
         if cur is None or cur[0] != ep:
             if cur is not None:
                 self.transport.close_socket(cur[1])
-            cur = (ep, self.transport.connect(zmq.DEALER, ep, hwm=10))
+            cur = (ep, self.transport.connect_edge(GOSSIP, ep))
             self.out[pid] = cur
         return cur[1]
 

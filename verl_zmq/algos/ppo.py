@@ -11,7 +11,8 @@ Gaussian) actions.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -26,7 +27,7 @@ from ..policy.encoders import obs_apply, obs_tensor
 from ..policy.net import PolicyHead, PolicyNet
 from ..policy.nets import actor_critic
 from ..policy.numpy_actor import env_action_of
-from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
+from .base import START, Algorithm, Learned, Progress, adam, scheduled
 from .core import (
     ADVANTAGE_ESTIMATORS,
     AGGREGATIONS,
@@ -41,6 +42,7 @@ from .core import (
 from .grouped import response_minibatches, sequence_horizon
 from .recurrence import Passed, act_recurrent, cut_sequences, sequence_pass
 from .reference import reference_logp
+from .update import clip_stats, kl_loss, kl_to_reference, optimiser_step
 
 __all__ = ["PPO", "Recipe", "clipped_surrogate", "compute_gae"]
 
@@ -202,10 +204,8 @@ class PPO(Algorithm[PG], Generic[PG]):
         if self.ref is not None:
             ref = reference_logp(self.ref, batch, self._flat_obs(batch), columns["seq"],
                                  self.device)
-            k1 = np.where(valid, batch["logp"] - ref, 0.0).astype(np.float32)
-            self.kl_ref = float(k1.sum() / max(1, valid.sum()))
-            if self.params.kl_in == "reward":
-                batch = {**batch, "reward": batch["reward"] - self.kl_ctl.value * k1}
+            batch, self.kl_ref = kl_to_reference(batch, ref, valid, self.kl_ctl,
+                                                 self.params.kl_in)
             columns["ref_logp"] = ref
         est = self.advantage_fn(AdvantageInput(batch, self.params, lambda: self._now(batch),
                                                ordinal, how, self.group_size,
@@ -259,13 +259,10 @@ class PPO(Algorithm[PG], Generic[PG]):
                 stats: dict[str, Any]) -> torch.Tensor:
         """`kl_coef` x the KL to the reference (aggregated like the policy loss) when
         it is a loss term; else 0."""
-        p = self.params
-        if self.ref is None or p.kl_in != "loss":
+        if self.ref is None or self.params.kl_in != "loss":
             return torch.zeros((), device=self.device)
-        kl = self.aggregate(self.kl_fn(new_logp, mb["ref_logp"]), mb, self.horizon)
-        stats["losses/kl_ref"] = stats["actor/kl_loss"] = kl.detach()
-        out: torch.Tensor = self.kl_ctl.value * kl
-        return out
+        return kl_loss(self.kl_fn, self.aggregate, self.kl_ctl, new_logp, mb["ref_logp"], mb,
+                       self.horizon, stats)
 
     def loss(self, mb: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, Any]]:
         p, critic = self.params, self.recipe.critic
@@ -291,14 +288,10 @@ class PPO(Algorithm[PG], Generic[PG]):
             stats["losses/value_loss"] = v_loss
         entropy = self.net.entropy(d).mean()
         loss = loss - p.ent_coef * entropy + self.kl_term(new_logp, mb, stats)
+        # post-training: verl's names beside ours
+        stats |= clip_stats(new_logp, mb["logp"], ratio, low, high, self.recipe.whole_responses)
         with torch.no_grad():
-            log_ratio = new_logp - mb["logp"]
-            clipped = ((ratio < 1 - low) | (ratio > 1 + high)).float().mean()
-            stats |= {"losses/policy_loss": pg_loss, "losses/entropy": entropy,
-                      "losses/approx_kl": ((ratio - 1) - log_ratio).mean(),
-                      "losses/clip_fraction": clipped}
-            if self.recipe.whole_responses:  # post-training: verl's names beside ours
-                stats |= {"actor/pg_clipfrac": clipped, "actor/ppo_kl": -log_ratio.mean()}
+            stats |= {"losses/policy_loss": pg_loss, "losses/entropy": entropy}
             if p.clip_ratio_c > 1.0:
                 stats["actor/pg_clipfrac_lower"] = ((adv < 0) & (ratio > p.clip_ratio_c)
                                                     ).float().mean()
@@ -369,14 +362,10 @@ class PPO(Algorithm[PG], Generic[PG]):
                 with self.autocast():
                     loss, stats = self.loss(mb)
                     loss = loss + self._bc_term(at, stats)
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()  # type: ignore[no-untyped-call]
-                if self.reduce_grads is not None:  # the group's gradient, and its KL
-                    kl = float(stats["losses/approx_kl"])
-                    stats["losses/approx_kl"] = self.reduce_grads(
-                        params, {"approx_kl": kl})["approx_kl"]
-                stats["losses/grad_norm"] = clip_grad_norm(params, p.max_grad_norm)
-                self.opt.step()
+                reduce = None if self.reduce_grads is None else \
+                    functools.partial(self._reduce, params, stats)
+                stats["losses/grad_norm"] = optimiser_step(self.opt, loss, params,
+                                                           p.max_grad_norm, reduce)
                 for k, v in stats.items():  # tensors summed: one float each after the update
                     v = v.detach() if torch.is_tensor(v) else v
                     sums[k] = sums[k] + v if k in sums else v
@@ -384,6 +373,12 @@ class PPO(Algorithm[PG], Generic[PG]):
                 if p.target_kl and float(stats["losses/approx_kl"]) > 1.5 * p.target_kl:
                     return sums, count
         return sums, count
+
+    def _reduce(self, params: Sequence[torch.Tensor], stats: dict[str, Any]) -> None:
+        """A gossip peer's gradient round: the group's gradient, and its KL."""
+        assert self.reduce_grads is not None
+        kl = float(stats["losses/approx_kl"])
+        stats["losses/approx_kl"] = self.reduce_grads(params, {"approx_kl": kl})["approx_kl"]
 
     def _bc_term(self, at: Progress, stats: dict[str, Any]) -> torch.Tensor | float:
         """Behaviour cloning on demonstrations: w x -log pi(a_demo | s_demo), or 0."""

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..algos.base import START, Algorithm, FragmentFilter, Learned, Progress, adam, clip_grad_norm
+from ..algos.base import START, Algorithm, FragmentFilter, Learned, Progress, adam
 from ..algos.core import (
     ADVANTAGE_ESTIMATORS,
     AGGREGATIONS,
@@ -38,6 +38,7 @@ from ..algos.core import (
 )
 from ..algos.grouped import response_stats, responses  # noqa: F401  (registers estimators)
 from ..algos.grpo import keep_groups
+from ..algos.update import clip_stats, kl_loss, kl_to_reference, optimiser_step
 from ..batch import PROMPT, episodes
 from ..config import GRPOParams
 from .data import PromptRecord
@@ -259,10 +260,7 @@ class HFGRPO(Algorithm[GRPOParams]):
                 net = self.ref if self.ref is not None else self.model
                 ref = response_logprobs(net, prompt, pmask, resp, rmask,
                                         self.settings.temperature).numpy().T
-            k1 = np.where(valid, np.asarray(batch["logp"]) - ref, 0.0)
-            stats["charts/kl_ref"] = float(k1.sum() / max(1, valid.sum()))
-            if p.kl_in == "reward":
-                b["reward"] = np.asarray(batch["reward"]) - self.kl_ctl.value * k1
+            b, stats["charts/kl_ref"] = kl_to_reference(b, ref, valid, self.kl_ctl, p.kl_in)
         est = self.advantage_fn(AdvantageInput(b, p, _no_values, ordinal, how,
                                                self.group_size, self.max_response))
         counted = how[:, 0] == 1  # one response per column: its first episode
@@ -284,22 +282,13 @@ class HFGRPO(Algorithm[GRPOParams]):
         new_f, old_f, adv_f = new[m], r.old[idx][m], r.adv[idx][m]
         pg, ratio = self.policy_loss_fn(new_f, old_f, adv_f, low, high, p.clip_ratio_c)
         loss = self.aggregate(pg, mb, self.horizon)
-        step: dict[str, float] = {"losses/policy_loss": float(loss.detach())}
+        stats: dict[str, Any] = {"losses/policy_loss": loss.detach()}
         if r.ref is not None and p.kl_in == "loss":
-            kl = self.aggregate(self.kl_fn(new_f, r.ref[idx][m]), mb, self.horizon)
-            loss = loss + self.kl_ctl.value * kl
-            step["actor/kl_loss"] = step["losses/kl_ref"] = float(kl.detach())
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        step["losses/grad_norm"] = float(clip_grad_norm(params, p.max_grad_norm))
-        self.opt.step()
-        with torch.no_grad():
-            log_ratio = new_f - old_f
-            clipped = float(((ratio < 1 - low) | (ratio > 1 + high)).float().mean())
-            step |= {"actor/pg_clipfrac": clipped, "losses/clip_fraction": clipped,
-                     "actor/ppo_kl": float(-log_ratio.mean()),
-                     "losses/approx_kl": float(((ratio - 1) - log_ratio).mean())}
-        return step
+            loss = loss + kl_loss(self.kl_fn, self.aggregate, self.kl_ctl, new_f,
+                                  r.ref[idx][m], mb, self.horizon, stats)
+        stats["losses/grad_norm"] = optimiser_step(self.opt, loss, params, p.max_grad_norm)
+        stats |= clip_stats(new_f, old_f, ratio, low, high, verl_names=True)
+        return {k: float(v) for k, v in stats.items()}
 
     def learn(self, batch: Arrays, at: Progress = START) -> Learned:
         p = self.params

@@ -1,0 +1,71 @@
+"""The pieces of a policy-gradient update that every learner of the family
+assembles the same way: PPO (`ppo.py`, and DAPO's and GRPO's recipes of it) on
+its own networks, and GRPO on a Hugging Face model (`seq/hf_grpo.py`) on
+whole responses. One path: the KL to a frozen reference as a reward penalty or a
+loss term, the clip statistics, and the optimiser step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .base import clip_grad_norm
+from .core import KLController
+
+
+def kl_to_reference(batch: Mapping[str, np.ndarray], ref_logp: np.ndarray,
+                    valid: np.ndarray, kl: KLController, kl_in: str
+                    ) -> tuple[dict[str, np.ndarray], float]:
+    """The batch with, where `kl_in = "reward"`, each token's reward less the KL
+    coefficient x log(pi_behaviour / pi_ref) (k1); and the batch's mean k1 over its
+    valid tokens (what the adaptive coefficient follows, `charts/kl_ref`)."""
+    k1 = np.where(valid, np.asarray(batch["logp"]) - ref_logp, 0.0).astype(np.float32)
+    mean = float(k1.sum() / max(1, valid.sum()))
+    out = dict(batch)
+    if kl_in == "reward":
+        out["reward"] = np.asarray(batch["reward"]) - kl.value * k1
+    return out, mean
+
+
+def kl_loss(kl_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+            aggregate: Callable[..., torch.Tensor], kl: KLController, new_logp: torch.Tensor,
+            ref_logp: torch.Tensor, mb: Mapping[str, torch.Tensor], horizon: float,
+            stats: dict[str, Any]) -> torch.Tensor:
+    """The KL to the reference as a loss term: the coefficient x the estimator's KL,
+    aggregated as the policy loss is (`losses/kl_ref`, verl's `actor/kl_loss`)."""
+    term = aggregate(kl_fn(new_logp, ref_logp), mb, horizon)
+    stats["losses/kl_ref"] = stats["actor/kl_loss"] = term.detach()
+    out: torch.Tensor = kl.value * term
+    return out
+
+
+def clip_stats(new_logp: torch.Tensor, old_logp: torch.Tensor, ratio: torch.Tensor,
+               low: float, high: float, verl_names: bool) -> dict[str, torch.Tensor]:
+    """How far the update moved from the behaviour policy: the share of clipped
+    ratios and the approximate KL ((r - 1) - log r); with `verl_names`, verl's
+    `actor/pg_clipfrac` and `actor/ppo_kl` beside them (post-training)."""
+    with torch.no_grad():
+        log_ratio = new_logp - old_logp
+        clipped = ((ratio < 1 - low) | (ratio > 1 + high)).float().mean()
+        out = {"losses/approx_kl": ((ratio - 1) - log_ratio).mean(),
+               "losses/clip_fraction": clipped}
+        if verl_names:
+            out |= {"actor/pg_clipfrac": clipped, "actor/ppo_kl": -log_ratio.mean()}
+    return out
+
+
+def optimiser_step(opt: Any, loss: torch.Tensor, params: Sequence[torch.Tensor],
+                   max_grad_norm: float,
+                   between: Callable[[], None] | None = None) -> torch.Tensor:
+    """Backward, clip the global gradient norm, step; `between` runs after the
+    backward pass (a gossip peer averages gradients there). The norm before clipping."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()  # type: ignore[no-untyped-call]
+    if between is not None:
+        between()
+    norm = clip_grad_norm(params, max_grad_norm)
+    opt.step()
+    return norm

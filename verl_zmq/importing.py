@@ -8,9 +8,13 @@ or in `launch.workdir`, or on PYTHONPATH there).
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 IMPORTABLE = ("it must be importable by every role: in the folder the job is launched "
               "from, installed (pip install -e), or on PYTHONPATH; on other hosts in "
@@ -23,6 +27,30 @@ def cwd_importable() -> None:
     cwd = os.getcwd()
     if "" not in sys.path and cwd not in sys.path:
         sys.path.insert(0, cwd)
+
+
+def plug_in(path: str, what: str, takes: int, shape: str) -> Callable[..., Any]:
+    """A function of one's own named by `path` (`module:function`) that takes
+    `takes` positional arguments (`shape` says which, for the error); ValueError
+    naming `what` (the job key) when it cannot be imported or called so."""
+    fn = load_object(path, what)
+    if not callable(fn):
+        raise ValueError(f"{what} {path!r}: expected a function {shape}, got "
+                         f"{type(fn).__name__}")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without one: trust it
+        return fn  # type: ignore[no-any-return]
+    params = list(sig.parameters.values())
+    star = any(p.kind is p.VAR_POSITIONAL for p in params)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    if len(required) > takes or (len(positional) < takes and not star):
+        raise ValueError(f"{what} {path!r}: takes {len(positional)} argument"
+                         f"{'s' if len(positional) != 1 else ''}"
+                         f" ({', '.join(p.name for p in positional)}); expected {takes}: "
+                         f"{shape}")
+    return fn  # type: ignore[no-any-return]
 
 
 def load_object(path: str, what: str):
@@ -43,6 +71,7 @@ def load_object(path: str, what: str):
     try:
         return getattr(module, name)
     except AttributeError:
-        near = [n for n in dir(module) if n.lower() == name.lower()]
+        near = difflib.get_close_matches(name, [n for n in dir(module) if not n.startswith("_")],
+                                         n=1, cutoff=0.6)
         hint = f" (did you mean {mod}:{near[0]}?)" if near else ""
         raise ValueError(f"{what} {path!r}: module {mod!r} has no {name!r}{hint}") from None

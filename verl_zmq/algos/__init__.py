@@ -21,7 +21,7 @@ def algorithm_class(name: str) -> type[Algorithm[Any]]:
         mod = importlib.import_module(r.module)
     except ImportError as e:
         raise KeyError(f"algorithm.name: {name!r} is not available in this build ({e})") from None
-    cls: type[Algorithm[Any]] = mod.ALGORITHM
+    cls: type[Algorithm[Any]] = getattr(mod, r.attr)
     return cls
 
 

@@ -22,6 +22,8 @@ import torch
 
 from ..batch import bootstrap
 from ..config import PPOParams
+from ..importing import plug_in
+from .shapes import SHAPES
 from .vtrace import vtrace
 
 Tensor = torch.Tensor
@@ -29,6 +31,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _registrar(table: dict[str, F], kind: str) -> Callable[..., Callable[[F], F]]:
+    KINDS[id(table)] = kind
+
     def register(*names: str) -> Callable[[F], F]:
         def put(fn: F) -> F:
             for name in names:
@@ -40,13 +44,23 @@ def _registrar(table: dict[str, F], kind: str) -> Callable[..., Callable[[F], F]
     return register
 
 
-def lookup(table: Mapping[str, F], name: str, key: str) -> F:
-    """The function registered as `name`; a ValueError naming the job key and the
-    registered names otherwise."""
-    try:
+KINDS: dict[int, str] = {}  # id(table) -> its kind, as `_registrar` names it
+
+
+def lookup(table: dict[str, F], name: str, key: str) -> F:
+    """The function registered as `name`; a "module:function" of one's own is
+    imported, checked for what it takes, and registered the same way. A ValueError
+    naming the job key and the registered names otherwise."""
+    if name in table:
         return table[name]
-    except KeyError:
-        raise ValueError(f"{key}: {name!r}: expected one of {', '.join(sorted(table))}") from None
+    kind = KINDS.get(id(table), "")
+    if ":" in name and kind in SHAPES:
+        takes, shape = SHAPES[kind]
+        fn: F = plug_in(name, key, takes, shape)  # type: ignore[assignment]
+        table[name] = fn
+        return fn
+    raise ValueError(f"{key}: {name!r}: expected one of {', '.join(sorted(table))}, or a "
+                     f"\"module:function\" of your own")
 
 
 # -- advantage estimators: [T, N] columns -> per-step advantages, returns, values

@@ -3,11 +3,25 @@ samplers' numpy actors share (numpy only)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..importing import plug_in
 from ..replay.transitions import after, windows
+
+SCHEDULE = "(env_steps, worker_index, num_workers) -> epsilon"
+
+
+@functools.cache
+def schedule(path: str) -> Callable[[int, int, int], float]:
+    """`algorithm.params.exploration = "module:function"`: an epsilon schedule of
+    one's own (imported once, where the sampler acts: numpy-only is best)."""
+    fn: Callable[[int, int, int], float] = plug_in(path, "algorithm.params.exploration", 3,
+                                                    SCHEDULE)
+    return fn
 
 
 def epsilon(params: Any, worker_index: int, num_workers: int, env_steps: int) -> float:
@@ -18,6 +32,8 @@ def epsilon(params: Any, worker_index: int, num_workers: int, env_steps: int) ->
     p = params
     if env_steps < p.learning_starts:
         return 1.0
+    if ":" in p.exploration:  # a schedule of one's own
+        return float(schedule(p.exploration)(env_steps, worker_index, num_workers))
     if p.exploration == "apex":
         i, n = worker_index, num_workers
         return float(p.apex_eps ** (1 + p.apex_alpha * i / (n - 1)) if n > 1 else p.apex_eps)

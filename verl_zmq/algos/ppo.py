@@ -84,7 +84,8 @@ class PPO(Algorithm[PG], Generic[PG]):
         self.advantage_fn = lookup(ADVANTAGE_ESTIMATORS, p.adv_estimator
                                    or r.advantage or ("vtrace" if p.vtrace else "gae"),
                                    "algorithm.params.adv_estimator")
-        self.policy_loss_fn = lookup(POLICY_LOSSES, r.policy_loss, "algorithm.policy_loss")
+        self.policy_loss_fn = lookup(POLICY_LOSSES, p.policy_loss or r.policy_loss,
+                                     "algorithm.params.policy_loss")
         self.aggregate = lookup(AGGREGATIONS, p.loss_agg, "algorithm.params.loss_agg")
         self.kl_fn = lookup(KL_ESTIMATORS, p.kl_estimator, "algorithm.params.kl_estimator")
         # sequence tasks: a sampler's env answers each prompt group_size times

@@ -24,6 +24,13 @@ def fit_problem(job: Any, kind: str, images: bool = False) -> str:
         takers = sorted(a for a, x in TRAITS.items() if kind in x.actions)
         return (f"algorithm.name: {job.environment.id} has {SPACE_NAMES[kind]} actions, "
                 f"which {name} does not take ({', '.join(takers)} do)")
+    if pol.network and not t.own_networks:
+        takers = sorted(a for a, x in TRAITS.items() if x.own_networks)
+        return (f"algorithm.policy.network: a network of one's own is for "
+                f"{', '.join(takers)}, not {name}")
+    if pol.network and (pol.recurrent or pol.kind != "mlp" or pol.encoder != "mlp"):
+        return ("algorithm.policy.network: a network of one's own replaces the built-in "
+                "one whole: no recurrent, kind or encoder beside it")
     if pol.recurrent:
         why = _recurrent_problem(job, t)
         if why:

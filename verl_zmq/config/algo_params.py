@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import difflib
+import typing
 from dataclasses import dataclass
 from typing import Literal
 
@@ -12,6 +14,22 @@ LossAgg = Literal["token-mean", "step-mean", "seq-mean-token-sum", "seq-mean-tok
 KLEstimator = Literal["k1", "kl", "k2", "mse", "k3", "low_var_kl", "abs"]
 # the advantage estimators a critic-free (grouped) learner may name
 GroupEstimator = Literal["grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"]
+# every name algos/core.py registers, torch-free (tests/test_algos_core.py keeps them
+# equal); a "module:function" of one's own is registered the same way when named
+ADVANTAGE_ESTIMATORS = ("gae", "vtrace", *typing.get_args(GroupEstimator))
+POLICY_LOSSES = ("clipped",)
+EXPLORATIONS = ("annealed", "apex")
+
+def named(key: str, value: str, names: tuple[str, ...], empty: bool = False) -> str:
+    """Why `value` is neither one of `names` (nor "" where `empty`) nor a
+    "module:function" of one's own, or "" when it is."""
+    if value in names or (empty and value == "") or ":" in value:
+        return ""
+    close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (f"algorithm.params.{key}: {value!r} is none of {', '.join(names)}{hint}, nor a "
+            f"\"module:function\" of your own")
+
 
 @dataclass(frozen=True)
 class Params:
@@ -39,6 +57,10 @@ class Params:
     def problems(self) -> list[str]:
         """What is wrong with these values together: each a sentence naming keys."""
         return []
+
+    def plugins(self) -> dict[str, str]:
+        """{key: its value} of the keys that may name a function of one's own."""
+        return {}
 
 
 @dataclass(frozen=True)
@@ -84,9 +106,13 @@ class PPOParams(Params):
     # recurrent policies: the steps of one training sequence (a chunk of a fragment,
     # which starts from the state its sampler shipped); 0: the whole fragment
     recurrence: int = 0
-    # "": GAE (V-trace with vtrace = true); or an estimator registered by name in
-    # algos/core.py, or a "module:function" of your own registered the same way
+    # "": GAE (V-trace with vtrace = true); a name algos/core.py registers (gae,
+    # vtrace, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline); or a
+    # "module:function" of your own, (AdvantageInput) -> Advantages
     adv_estimator: str = ""
+    # "": the algorithm's own (clipped); or a "module:function" of your own, (new_logp,
+    # old_logp, adv, clip_low, clip_high, clip_ratio_c) -> (per-step loss, ratio)
+    policy_loss: str = ""
     # the grouped estimators (grpo): divide by the group's std; false as in Dr. GRPO
     std_normalize: bool = True
     # sequence tasks: punish responses longer than max_response - overlong_buffer_len
@@ -97,6 +123,19 @@ class PPOParams(Params):
     def decoupled_clip(self) -> tuple[float, float]:
         """The ratio's clip (1 - low, 1 + high) where an algorithm decouples it."""
         return self.clip_range, self.clip_range
+
+    def plugins(self) -> dict[str, str]:
+        return {"adv_estimator": self.adv_estimator, "policy_loss": self.policy_loss}
+
+    def problems(self) -> list[str]:
+        out = [why for key, value, names in (
+            ("adv_estimator", self.adv_estimator, ADVANTAGE_ESTIMATORS),
+            ("policy_loss", self.policy_loss, POLICY_LOSSES))
+            if (why := named(key, value, names, empty=True))]
+        if self.minibatch_size > self.batch_size:
+            out.append(f"algorithm.params.minibatch_size: {self.minibatch_size} is larger "
+                       f"than algorithm.params.batch_size {self.batch_size}")
+        return out
 
 
 @dataclass(frozen=True)
@@ -111,8 +150,10 @@ class DQNParams(Params):
     target_update_interval: int = 500  # updates between two target-network updates
     tau: float = 1.0  # target update: theta' <- tau theta + (1 - tau) theta' (1: a copy)
     learning_starts: int = 1_000  # the job's first env steps act uniformly at random
-    # epsilon-greedy: annealed from eps_start to eps_end, or Ape-X's fixed per-sampler ones
-    exploration: Literal["annealed", "apex"] = "annealed"
+    # epsilon-greedy: "annealed" from eps_start to eps_end, "apex": Ape-X's fixed
+    # per-sampler ones, or a "module:function" of your own, (env_steps, worker_index,
+    # num_workers) -> epsilon (after learning_starts)
+    exploration: str = "annealed"
     eps_start: float = 1.0  # annealed: the first epsilon
     eps_end: float = 0.05  # annealed: the last epsilon
     eps_decay_steps: int = 10_000  # annealed: env steps from eps_start to eps_end
@@ -122,6 +163,13 @@ class DQNParams(Params):
 
     def n_step_returns(self) -> int:
         return self.n_step
+
+    def plugins(self) -> dict[str, str]:
+        return {"exploration": self.exploration}
+
+    def problems(self) -> list[str]:
+        why = named("exploration", self.exploration, EXPLORATIONS)
+        return [why] if why else []
 
 
 @dataclass(frozen=True)
@@ -188,7 +236,7 @@ class GRPOParams(PPOParams):
     # verl's adv_estimator: group-normalised (grpo), leave-one-out (rloo), or
     # REINFORCE++ (per-token returns whitened over the batch; _baseline: less the
     # group's mean first)
-    adv_estimator: GroupEstimator = "grpo"
+    adv_estimator: str = "grpo"
     # verl's DAPO recipe: drop groups whose scores are all equal and draw more
     # fragments until the batch is full (at most `max_fill_batches` draws)
     filter_groups: bool = False

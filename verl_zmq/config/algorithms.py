@@ -10,9 +10,12 @@ traits.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..importing import load_object
 from .algo_params import DAPOParams, DQNParams, GRPOParams, Params, PPOParams, SACParams
 
 if TYPE_CHECKING:
@@ -44,6 +47,8 @@ class Traits:
     # `params.max_fill_batches` batches
     filters_fragments: bool = False
     n_step: bool = False  # n-step returns (`params.n_step`) in the shards' transitions
+    # its policy network may be one of one's own (`policy.network`: a PolicyNet's heads)
+    own_networks: bool = False
 
     @property
     def replay_modes(self) -> tuple[str, ...]:
@@ -59,10 +64,11 @@ class Row:
     params: type[Params]
     traits: Traits
     example: str = ""  # a shipped job (in the repository's configs/) to start from
+    attr: str = "ALGORITHM"  # the class's name in `module`
 
 
 PG = dict(on_policy=True, extras=("logp", "value"), learns_from_demos=True, numpy_actor="pg",
-          encoders=True, recurrent=True)
+          encoders=True, recurrent=True, own_networks=True)
 
 ALGORITHMS: dict[str, Row] = {r.name: r for r in (
     Row("ppo", "verl_zmq.algos.ppo", PPOParams, Traits(**PG), "configs/cartpole_ppo.toml"),
@@ -87,11 +93,43 @@ NAMES: tuple[str, ...] = tuple(ALGORITHMS)
 
 
 def row(name: str) -> Row:
-    """The table's row of a named algorithm; KeyError naming the names when unknown."""
-    if name not in ALGORITHMS:
-        raise KeyError(f"algorithm.name: unknown algorithm {name!r} "
-                       f"(one of {', '.join(sorted(ALGORITHMS))})")
-    return ALGORITHMS[name]
+    """The table's row of a named algorithm, or of one's own (`module:Class`, see
+    `own_row`); KeyError naming the names when unknown."""
+    if name in ALGORITHMS:
+        return ALGORITHMS[name]
+    if ":" in name:
+        try:
+            return own_row(name)
+        except ValueError as e:
+            raise KeyError(str(e)) from None
+    raise KeyError(f"algorithm.name: unknown algorithm {name!r} "
+                   f"(one of {', '.join(sorted(ALGORITHMS))}, or a \"module:Class\" of "
+                   f"your own)")
+
+
+@functools.cache
+def own_row(path: str) -> Row:
+    """An algorithm of one's own, `algorithm.name = "module:Class"`: a class that
+    implements the `Algorithm` contract (algos/base.py) and declares its
+    `params_class` (a `Params` dataclass: its `[algorithm.params]`) and its `traits`
+    (what the rest of the system may know of it). Its module is imported wherever
+    the job is read (the launcher included): keep torch imports inside it cheap, or
+    accept their cost there. ValueError naming the key when it is not one."""
+    cls = load_object(path, "algorithm.name")
+    params, traits = getattr(cls, "params_class", None), getattr(cls, "traits", None)
+    if not isinstance(cls, type):
+        raise ValueError(f"algorithm.name {path!r}: expected a class, got "
+                         f"{type(cls).__name__}")
+    if not (isinstance(params, type) and issubclass(params, Params)
+            and dataclasses.is_dataclass(params)):
+        raise ValueError(f"algorithm.name {path!r}: the class must declare params_class, a "
+                         f"dataclass deriving from verl_zmq.config.Params (its "
+                         f"[algorithm.params])")
+    if not isinstance(traits, Traits):
+        raise ValueError(f"algorithm.name {path!r}: the class must declare traits, a "
+                         f"verl_zmq.config.Traits (on_policy, extras, ...)")
+    module, _, attr = path.partition(":")
+    return Row(path, module, params, traits, attr=attr)
 
 
 def example_job(name: str) -> str:

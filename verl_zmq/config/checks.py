@@ -151,11 +151,6 @@ def _check_algorithm(job: Job, source: str) -> None:
     p = job.algorithm.params
     for why in p.problems():
         raise ConfigError(f"{source}: {why}")
-    if job.traits.on_policy and p.minibatch_size > p.batch_size:
-        raise ConfigError(
-            f"{source}: algorithm.params.minibatch_size: {p.minibatch_size} is larger than "
-            f"algorithm.params.batch_size {p.batch_size}"
-        )
 
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from .algorithms import ALGO_PARAMS, NAMES
+from .algorithms import ALGO_PARAMS, NAMES, row
 from .checks import check_semantics
 from .sections import REQUIRED_SECTIONS, Algorithm, ConfigError, Job
 
@@ -146,12 +146,16 @@ def _build_dataclass(cls, raw: Any, prefix: str, source: str):
         kwargs[name] = _convert(raw[name], hints[name], key, source)
     if cls is Algorithm:
         algo = kwargs.get("name", "ppo")
-        if algo not in NAMES:
+        if algo not in NAMES and ":" not in algo:
             raise ConfigError(f"{source}: {prefix}name: expected one of "
-                              f"{', '.join(repr(n) for n in NAMES)}, got {algo!r}"
-                              f"{_did_you_mean(algo, NAMES)}")
+                              f"{', '.join(repr(n) for n in NAMES)}, or a \"module:Class\" "
+                              f"of your own, got {algo!r}{_did_you_mean(algo, NAMES)}")
+        try:
+            params_class = row(algo).params
+        except KeyError as e:
+            raise ConfigError(f"{source}: {e.args[0]}") from None
         kwargs["params"] = _build_dataclass(
-            ALGO_PARAMS[algo], raw.get("params", {}), f"{prefix}params.", source
+            params_class, raw.get("params", {}), f"{prefix}params.", source
         )
     return cls(**kwargs)
 

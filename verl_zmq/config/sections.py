@@ -119,6 +119,10 @@ class Policy:
     n_heads: int = 4  # transformer attention heads
     log_std_init: float = 0.0  # Box actions: the Gaussian's initial log standard deviation
     dueling: bool = False  # dqn: a dueling head (value and advantage streams)
+    # a network of your own (ppo, dapo): "module:factory", factory(spec, policy) -> a
+    # torch module whose forward(obs) gives (the policy head's output [B, spec.n_actions],
+    # the value [B]); samplers then act with it in torch (docs/guides/extending.md)
+    network: str = ""
     # memory (ppo, dapo): an LSTM or GRU core after the encoder; samplers carry its
     # state per env and ship each fragment's initial state
     recurrent: Literal["", "lstm", "gru"] = ""
@@ -286,7 +290,7 @@ class Job:
         """What the job's algorithm declares (on-policy, extras, decentralised)."""
         t = traits(self.algorithm.name)
         pol = self.algorithm.policy
-        if pol.kind != "mlp" or pol.encoder != "mlp":  # no numpy forward pass for it
+        if pol.kind != "mlp" or pol.encoder != "mlp" or pol.network:  # no numpy forward pass
             t = dataclasses.replace(t, numpy_actor="")
         return t
 

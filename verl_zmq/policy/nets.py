@@ -78,6 +78,10 @@ def actor_critic(spec: EnvSpec, policy: Policy) -> PolicyNet:
             raise ValueError(f"algorithm.policy.kind: no network of kind {policy.kind!r}")
         net: PolicyNet = build(spec, policy)
         return net
+    if policy.network:  # one of the user's own
+        from .own import OwnNet
+
+        return OwnNet(spec, policy)
     if policy.recurrent:
         from .recurrent import RecurrentActorCritic
 

@@ -110,7 +110,8 @@ class HFGRPO(Algorithm[GRPOParams]):
         self.eos = int(self.tok.eos_token_id)
         self.advantage_fn = lookup(ADVANTAGE_ESTIMATORS, p.adv_estimator,
                                    "algorithm.params.adv_estimator")
-        self.policy_loss_fn = lookup(POLICY_LOSSES, "clipped", "algorithm.policy_loss")
+        self.policy_loss_fn = lookup(POLICY_LOSSES, self.params.policy_loss or "clipped",
+                                     "algorithm.params.policy_loss")
         self.aggregate = lookup(AGGREGATIONS, p.loss_agg, "algorithm.params.loss_agg")
         self.kl_fn = lookup(KL_ESTIMATORS, p.kl_estimator, "algorithm.params.kl_estimator")
         self.kl_ctl = KLController(p.kl_coef, p.kl_ctrl, p.kl_target, p.kl_horizon)

@@ -40,7 +40,7 @@ class Early:
     """A fork server started before the job was read: its process, the launcher's
     end of its socket, and the temporary file its stderr goes to."""
 
-    proc: subprocess.Popen
+    proc: subprocess.Popen[bytes]
     sock: socket.socket
     err: Path
 

@@ -14,8 +14,9 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from verl_zmq.config import Job
+from verl_zmq.config import Job, Policy
 from verl_zmq.config.algorithms import numpy_acting
 from verl_zmq.config.roles import role_traits
 from verl_zmq.forkserver import MAX_MSG
@@ -90,7 +91,7 @@ class _Adopted:
     """A server started before the event loop (`early.py`), awaited as an
     `asyncio` process is."""
 
-    def __init__(self, popen: subprocess.Popen):
+    def __init__(self, popen: subprocess.Popen[bytes]):
         self.popen = popen
 
     @property
@@ -113,14 +114,14 @@ class ForkServer:
         self.alive = True
         self.children: dict[int, ForkedProcess] = {}
         self.early: dict[int, int] = {}  # exits reported before their pid was taken
-        self.replies: asyncio.Queue = asyncio.Queue()
+        self.replies: asyncio.Queue[Any] = asyncio.Queue()
         self.lock = asyncio.Lock()  # one request at a time: replies come in order
         self.loop.add_reader(sock.fileno(), self._readable)
-        self.poller: asyncio.Task | None = None
+        self.poller: asyncio.Task[None] | None = None
         self.torch = False  # the torch zygote: its children have torch imported
 
     @classmethod
-    async def start(cls, err_path, timeout_s: float = 60.0, torch: bool = False,
+    async def start(cls, err_path: Path, timeout_s: float = 60.0, torch: bool = False,
                     modules: tuple[str, ...] = (), cpus: list[int] | None = None
                     ) -> ForkServer | None:
         """Start the server (with `torch`, the torch zygote that forks the roles
@@ -199,7 +200,7 @@ class ForkServer:
                 except ProcessLookupError:
                     self.children.pop(pid)._exited(LOST_CODE)
 
-    async def spawn(self, argv: list[str], env: dict, out_fd: int, err_fd: int
+    async def spawn(self, argv: list[str], env: dict[str, str], out_fd: int, err_fd: int
                     ) -> ForkedProcess | None:
         """Fork a role for `argv` (a `python -m verl_zmq.cli` command line); None
         when the server is lost (the caller starts the role plainly)."""
@@ -267,7 +268,7 @@ HF_MODULES = ("transformers", "transformers.activations", "transformers.masking_
               "verl_zmq.seq.hf", "verl_zmq.seq.hf_grpo")
 
 
-def _model_type(pol) -> str:
+def _model_type(pol: Policy) -> str:
     """The policy's `model_type` (its inline config's, or its folder's config.json);
     "" where neither says."""
     if pol.config.get("model_type"):

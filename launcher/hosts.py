@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from verl_zmq.config.roles import ROLES
 
@@ -40,7 +42,7 @@ class Host:
     via: str = "ssh"
     node: str = ""  # the Slurm node name (srun --nodelist) where `address` is its NodeAddr
     line: int = 0
-    extra: dict = field(default_factory=dict, compare=False)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def is_local(self) -> bool:
@@ -69,7 +71,7 @@ _HOST_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9._-]+)@)?(?P<host>[A-Za-z0-9._-]+
                       r"(?::(?P<port>[^:]+))?$")
 
 
-def _option(opt: str, where: str) -> dict:
+def _option(opt: str, where: str) -> dict[str, Any]:
     """One `key=value` of a hosts line, checked."""
     key, eq, value = opt.partition("=")
     if not eq or not value:
@@ -117,7 +119,7 @@ def parse_hosts(text: str, source: str = "<hosts>") -> list[Host]:
             if not p.isdigit() or not 1 <= int(p) <= 65535:
                 raise HostsError(f"{where}: port {p!r} is not a number from 1 to 65535")
             port = int(p)
-        kw: dict = {}
+        kw: dict[str, Any] = {}
         for opt in opts:
             kw.update(_option(opt, where))
         hosts.append(Host(address=m.group("host").strip("[]"), user=m.group("user") or "",
@@ -160,8 +162,8 @@ def expand_nodelist(spec: str) -> list[str]:
     return names
 
 
-def slurm_hosts(env: dict | None = None) -> list[Host]:
-    env = os.environ if env is None else env
+def slurm_hosts(environ: Mapping[str, str] | None = None) -> list[Host]:
+    env = os.environ if environ is None else environ
     spec = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not spec:
         raise HostsError("slurm: SLURM_JOB_NODELIST is not set (run inside an allocation)")

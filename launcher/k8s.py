@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from verl_zmq.config import Job, dumps_job
 from verl_zmq.config.checks import memory_bytes
@@ -47,17 +48,17 @@ def k8s_name(job: Job) -> str:
     return f"verl-{name}"[:40].rstrip("-")
 
 
-def _labels(name: str, role: str) -> dict:
+def _labels(name: str, role: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": "verl-zmq", "app.kubernetes.io/component": role,
             "verl-zmq/run": name}
 
 
-def _resources(job: Job, role: str) -> dict:
+def _resources(job: Job, role: str) -> dict[str, Any]:
     res = getattr(job.resources, role, None)
     if res is None:
         return {}
-    req: dict = {}
-    lim: dict = {}
+    req: dict[str, str] = {}
+    lim: dict[str, str] = {}
     if res.cpu:
         req["cpu"] = lim["cpu"] = str(res.cpu)
     if res.memory:
@@ -67,7 +68,7 @@ def _resources(job: Job, role: str) -> dict:
     return {k: v for k, v in (("requests", req), ("limits", lim)) if v}
 
 
-def _container(job: Job, name: str, role: str, curve: bool) -> dict:
+def _container(job: Job, name: str, role: str, curve: bool) -> dict[str, Any]:
     port = job.registry_port
     args = ["-m", "verl_zmq.cli", "role", role, "--job", f"{JOB_DIR}/job.toml",
             "--registry", f"tcp://{name}-registry:{port}", "--bind", "$(POD_IP)",
@@ -83,7 +84,7 @@ def _container(job: Job, name: str, role: str, curve: bool) -> dict:
               {"name": "run", "mountPath": RUN_DIR}]
     if curve:
         mounts.append({"name": "keys", "mountPath": KEYS_DIR, "readOnly": True})
-    c = {"name": role, "image": job.launch.k8s.image,
+    c: dict[str, Any] = {"name": role, "image": job.launch.k8s.image,
          "imagePullPolicy": job.launch.k8s.pull_policy, "workingDir": WORKDIR,
          "command": ["python"], "args": args,
          "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -97,7 +98,7 @@ def _container(job: Job, name: str, role: str, curve: bool) -> dict:
     return c
 
 
-def _pod(job: Job, name: str, role: str, curve: bool, restart: str) -> dict:
+def _pod(job: Job, name: str, role: str, curve: bool, restart: str) -> dict[str, Any]:
     K = job.launch.k8s
     volumes = [{"name": "job", "configMap": {"name": f"{name}-job"}},
                {"name": "run", **({"persistentVolumeClaim": {"claimName": K.volume}}
@@ -105,8 +106,9 @@ def _pod(job: Job, name: str, role: str, curve: bool, restart: str) -> dict:
     if curve:
         volumes.append({"name": "keys", "secret": {"secretName": f"{name}-curve",
                                                    "defaultMode": 0o400}})
-    spec = {"restartPolicy": restart, "containers": [_container(job, name, role, curve)],
-            "volumes": volumes}
+    spec: dict[str, Any] = {"restartPolicy": restart,
+                            "containers": [_container(job, name, role, curve)],
+                            "volumes": volumes}
     if K.service_account:
         spec["serviceAccountName"] = K.service_account
     if K.node_selector:
@@ -114,15 +116,15 @@ def _pod(job: Job, name: str, role: str, curve: bool, restart: str) -> dict:
     return {"metadata": {"labels": _labels(name, role)}, "spec": spec}
 
 
-def _meta(job: Job, name: str, obj: str, role: str) -> dict:
+def _meta(job: Job, name: str, obj: str, role: str) -> dict[str, Any]:
     return {"name": obj, "namespace": job.launch.k8s.namespace, "labels": _labels(name, role)}
 
 
-def manifests(job: Job, keys: dict | None) -> list[dict]:
+def manifests(job: Job, keys: dict[str, str] | None) -> list[dict[str, Any]]:
     """Every object of the job, in the order to apply them."""
     name = k8s_name(job)
     curve = keys is not None
-    out: list[dict] = [
+    out: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(job, name, f"{name}-job",
                                                                    "job"),
          "data": {"job.toml": dumps_job(job)}}]
@@ -156,7 +158,7 @@ def manifests(job: Job, keys: dict | None) -> list[dict]:
     return out
 
 
-def write(objs: list[dict], out: Path) -> list[Path]:
+def write(objs: list[dict[str, Any]], out: Path) -> list[Path]:
     """One JSON file per object, numbered in apply order."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []

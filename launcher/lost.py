@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from verl_zmq.config import Job
 from verl_zmq.config.roles import role_traits
 
+from .hosts import Host
 from .plan import Placement, Plan
 from .remote import RoleProcess, check_reachable, full_argv
 
@@ -39,7 +40,7 @@ class Supervisor(Protocol):
     def _vital(self, p: Placement) -> bool: ...
 
 
-async def move_off(sup: Supervisor, rp: RoleProcess, host) -> bool:
+async def move_off(sup: Supervisor, rp: RoleProcess, host: Host) -> bool:
     """A Slurm node of the allocation failed under a role: the role starts again
     as a step on the node of the allocation that is not lost and runs the fewest
     roles (True); the registry, whose address every member holds, cannot move:
@@ -70,12 +71,12 @@ async def move_off(sup: Supervisor, rp: RoleProcess, host) -> bool:
     await rp.start()
     to = sup.plan.host_of(moved)
     sup.log.warning("role_moved", member=p.member_id, member_role=p.role,
-                    host=to.address, node=to.node, pid=rp.proc.pid)
+                    host=to.address, node=to.node, pid=rp.process.pid)
     sup.term.say(f"warning: Slurm node {host.node or host.address} failed: "
                  f"{p.member_id} restarted on {to.node or to.address}")
     return True
 
-async def host_lost(sup: Supervisor, rp: RoleProcess, host) -> bool:
+async def host_lost(sup: Supervisor, rp: RoleProcess, host: Host) -> bool:
     """A role's SSH session ended with ssh's own failure: if its host does not
     answer, a vital role (the registry, the learner) fails the job with a line
     naming the host; any other waits, probing the host with backoff, and is
@@ -105,7 +106,7 @@ async def host_lost(sup: Supervisor, rp: RoleProcess, host) -> bool:
         wait = min(wait * 2, MAX_PROBE_S)
     return False
 
-async def _restart_on(sup: Supervisor, rp: RoleProcess, host) -> bool:
+async def _restart_on(sup: Supervisor, rp: RoleProcess, host: Host) -> bool:
     if sup.stopping:
         return False
     rp.drop_spare()  # a spare on a host that was gone is no spare
@@ -113,5 +114,5 @@ async def _restart_on(sup: Supervisor, rp: RoleProcess, host) -> bool:
     await rp.start()
     sup.log.info("role_restarted", member=rp.placement.member_id,
                  member_role=rp.placement.role, restarts=rp.restarts, after_s=0.0,
-                 pid=rp.proc.pid, warm=False, host=host.address)
+                 pid=rp.process.pid, warm=False, host=host.address)
     return True

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from verl_zmq.config import Job
 from verl_zmq.config.members import default_specs
@@ -32,7 +33,7 @@ class Placement:
     host: int  # index into the plan's hosts
     gpus: list[int] = field(default_factory=list)  # its devices on that host (its own)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

@@ -28,6 +28,7 @@ from verl_zmq.config import Job
 from verl_zmq.config.roles import role_traits
 
 from .hosts import Host
+from .plan import Placement
 
 LOCKS = Path(tempfile.gettempdir()) / "verl-zmq-ports"
 NO_LOCKS = -1  # the lock folder cannot be used: the probe alone decides
@@ -87,7 +88,7 @@ def _free(address: str, port: int) -> bool:
     return True
 
 
-def registry_host(job: Job, hosts: list[Host], placements: list) -> Host:
+def registry_host(job: Job, hosts: list[Host], placements: list[Placement]) -> Host:
     reg = next(p for p in placements if role_traits(p.role).rendezvous)
     return hosts[reg.host]
 

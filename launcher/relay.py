@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 CHUNK = 1 << 16
 
@@ -94,7 +95,7 @@ class LogRelay:
             self.on_error(self.path, e)
 
 
-def relay_events(log) -> tuple[Callable[[Path, OSError], None], Callable[[Path, int], None]]:
+def relay_events(log: Any) -> tuple[Callable[[Path, OSError], None], Callable[[Path, int], None]]:
     """The launcher's `on_error` and `on_back`: a refused write (a full disk) is a
     warning on the terminal; the file taking lines again, with what was lost."""
 

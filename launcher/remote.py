@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from verl_zmq.config import Job
 
@@ -125,6 +126,9 @@ async def check_reachable(job: Job, host: Host, timeout_s: float = 10.0) -> str:
     return ""
 
 
+
+Proc = asyncio.subprocess.Process | ForkedProcess  # a role's process, exec'd or forked
+
 @dataclass
 class RoleProcess:
     """One running (or restartable) role process and its log files; with
@@ -137,7 +141,7 @@ class RoleProcess:
     bundle: bytes
     log_path: Path
     err_path: Path
-    env: dict = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
     spare_argv: list[str] | None = None
     proc: asyncio.subprocess.Process | ForkedProcess | None = None
     spare: asyncio.subprocess.Process | ForkedProcess | None = None
@@ -149,10 +153,17 @@ class RoleProcess:
     spares_lost: int = 0  # spares that exited before they were used
     forks: ForkServer | None = None  # local roles: forked from it while it lives
     relay: bool = False  # remote: the launcher writes its output into the log files
-    log_events: tuple = (None, None)  # LogRelay's on_error, on_back
-    relays: dict[int, list[asyncio.Task]] = field(default_factory=dict)  # pid -> its relays
+    log_events: tuple[Any, Any] = (None, None)  # LogRelay's on_error, on_back
+    # pid -> its relays
+    relays: dict[int, list[asyncio.Task[None]]] = field(default_factory=dict)
 
-    async def _spawn(self, argv: list[str]):
+    @property
+    def process(self) -> Proc:
+        """The process of this incarnation (started: `start` ran)."""
+        assert self.proc is not None, "the role was started"
+        return self.proc
+
+    async def _spawn(self, argv: list[str]) -> Proc:
         """The role's process: forked by the fork server when it can, else exec'd
         (an `asyncio.subprocess.Process`, or a `ForkedProcess` that acts as one);
         a remote one's output relayed into its log files."""
@@ -183,7 +194,8 @@ class RoleProcess:
         self.relays[proc.pid] = [
             loop.create_task(LogRelay(path, self.placement.member_id, *self.log_events)
                              .run(stream))
-            for stream, path in ((proc.stdout, self.log_path), (proc.stderr, self.err_path))]
+            for stream, path in ((proc.stdout, self.log_path), (proc.stderr, self.err_path))
+            if stream is not None]
         return proc
 
     async def drained(self, timeout_s: float = 2.0) -> None:
@@ -206,8 +218,10 @@ class RoleProcess:
             self.err_from = self.err_path.stat().st_size
         except OSError:
             self.err_from = 0
-        self.proc.stdin.write(self.bundle)
-        await self.proc.stdin.drain()
+        stdin = self.process.stdin
+        assert stdin is not None  # every role is started with a pipe for the job
+        stdin.write(self.bundle)
+        await stdin.drain()
         return warm
 
     async def keep_spare(self) -> bool:
@@ -222,7 +236,7 @@ class RoleProcess:
         self.spare = await self._spawn(self.spare_argv)
         return True
 
-    def drop_spare(self) -> asyncio.subprocess.Process | None:
+    def drop_spare(self) -> Proc | None:
         """Kill the warm spare (idle: nothing to lose); the process, to be reaped."""
         spare, self.spare = self.spare, None
         if spare is not None and spare.returncode is None:
@@ -250,9 +264,9 @@ class RoleProcess:
             return
         try:
             if sig == signal.SIGKILL:
-                os.killpg(self.proc.pid, sig)  # the whole session: ssh and what it started
+                os.killpg(self.process.pid, sig)  # the session: ssh and what it started
             else:
-                self.proc.send_signal(sig)
+                self.process.send_signal(sig)
         except ProcessLookupError:
             pass
 
@@ -283,5 +297,5 @@ def error_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def make_bundle(job_text: str, keys: dict | None) -> bytes:
+def make_bundle(job_text: str, keys: dict[str, str] | None) -> bytes:
     return (json.dumps({"job": job_text, "keys": keys}) + "\n").encode()

@@ -117,11 +117,11 @@ class Terminal:
             if line:
                 self.say(line)
             return
-        line = self.digest.take(ev)
+        said = self.digest.take(ev)
         if self.verbose:
             self.say(readable(ev))
-        elif line is not None:
-            self.say(line)
+        elif said is not None:
+            self.say(said)
 
     def _role_end(self, ev: dict[str, Any]) -> str:
         err = str(ev.get("last_error") or f"exit code {ev.get('exit_code')}")

@@ -45,7 +45,7 @@ class Supervisor:
     """Runs a plan's roles until the job ends, fails, or is interrupted."""
 
     def __init__(self, job: Job, plan: Plan, run_dir: Path, job_text: str,
-                 keys: dict | None, log, terminal: Terminal | None = None,
+                 keys: dict[str, str] | None, log: Any, terminal: Terminal | None = None,
                  callbacks: Sequence[Any] = ()):
         self.job = job
         self.callbacks = list(callbacks)
@@ -87,7 +87,7 @@ class Supervisor:
         self.charts = tb.Charts(run_dir, job_text, self.view, log)  # tb/, from the logs
         self.hooks = Hooks(callbacks, self.view, self.stop_early)  # the Python API's
 
-    def _env(self, p: Placement) -> dict:
+    def _env(self, p: Placement) -> dict[str, str]:
         env = {"PYTHONUNBUFFERED": "1"}
         if role_traits(p.role).trains:  # its own devices (none: no GPU at all)
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in p.gpus)
@@ -111,7 +111,7 @@ class Supervisor:
         """Wait for one process; restart it by policy or decide the job's fate."""
         L = self.job.launch
         while True:
-            rc = await rp.proc.wait()
+            rc = await rp.process.wait()
             await rp.drained()
             rp.exit_code = rc
             if self.stopping:
@@ -143,7 +143,7 @@ class Supervisor:
                     return
                 warm = await rp.start()
                 self.log.info("role_restarted", member=p.member_id, member_role=p.role,
-                              restarts=rp.restarts, after_s=delay, pid=rp.proc.pid, warm=warm,
+                              restarts=rp.restarts, after_s=delay, pid=rp.process.pid, warm=warm,
                               forked=isinstance(rp.proc, ForkedProcess))
                 continue
             self.failed.append(p.member_id)
@@ -172,7 +172,7 @@ class Supervisor:
                 if rp.running and self._spare_due(rp) and not (self.stopping or self._done()):
                     if await rp.keep_spare():
                         self.log.info("spare_started", member=rp.placement.member_id,
-                                      pid=rp.spare.pid)
+                                      pid=rp.spare.pid if rp.spare is not None else 0)
                     if rp.spares_lost >= SPARES_LOST_MAX:
                         self.log.warning("spares_given_up", member=rp.placement.member_id,
                                          lost=rp.spares_lost, last_error=last_lines(
@@ -291,12 +291,12 @@ class Supervisor:
         self.term.end()
         return self.outcome
 
-    async def _start_role(self, rp: RoleProcess) -> asyncio.Task:
+    async def _start_role(self, rp: RoleProcess) -> asyncio.Task[None]:
         """Start `rp`; the task that watches it."""
         await rp.start()
         self.log.info("role_started", member=rp.placement.member_id,
                       member_role=rp.placement.role,
-                      host=self.plan.host_of(rp.placement).address, pid=rp.proc.pid,
+                      host=self.plan.host_of(rp.placement).address, pid=rp.process.pid,
                       forked=isinstance(rp.proc, ForkedProcess))
         return asyncio.create_task(self._watch(rp))
 
@@ -355,14 +355,14 @@ class Supervisor:
             if rp.proc is not None:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(5):
-                        await rp.proc.wait()
+                        await rp.process.wait()
                 await rp.drained()
         for spare in spares:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(5):
                     await spare.wait()
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         v = self.view
         rets = v.eval_returns
         warnings = self.term.digest.as_list()

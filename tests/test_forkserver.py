@@ -128,3 +128,13 @@ def test_the_zygote_of_a_hugging_face_job_preloads_its_model_type(tmp_path):
                       [f"algorithm.policy.path={tmp_path}", "algorithm.policy.config={}"])
     assert "transformers.models.gpt2.modeling_gpt2" in zygote_modules(folder)
     assert zygote_modules(load_job(CONFIGS / "cartpole_ppo.toml")) == ()
+
+
+def test_every_role_preloads_what_it_imports():
+    """What the fork servers run ahead of a job: it must not fail (a zygote that
+    cannot preload is dropped, and every trainer then imports after its fork)."""
+    from verl_zmq.config.roles import ROLES
+    from verl_zmq.roles.base import role_class
+
+    for role in ROLES:
+        role_class(role).preload()

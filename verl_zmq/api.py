@@ -214,4 +214,5 @@ def evaluate(path: str | Path, episodes: int = 10, seed: int | None = None,
     p = load_policy(path)
     lp = p._lp
     first = lp.job.evaluation.seed if seed is None else seed
-    return Evaluation(run_episodes(lp.algo, lp.job, lp.rms, episodes, first, deterministic))
+    algo: Any = lp.algo  # an Actor: the checkpoint's algorithm, built to act
+    return Evaluation(run_episodes(algo, lp.job, lp.rms, episodes, first, deterministic))

@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from .envs.make import EnvSpec
+from .config import Job, Policy
 from .envs.spaces import contains_problem, gather
+from .envs.spec import EnvSpec
 
 BASE = ("action", "reward", "terminated", "truncated", "valid")  # and the obs columns
 STEPWISE = ("action", "terminated", "truncated", "valid")  # [T, E, ...] beside reward
@@ -211,12 +212,12 @@ def episodes(terminated: np.ndarray, truncated: np.ndarray, valid: np.ndarray
     return ordinal, how
 
 
-def state_size(policy) -> int:
+def state_size(policy: Policy) -> int:
     """A recurrent policy's state per env: an LSTM's (h, c), a GRU's h; 0 without."""
     return {"": 0, "lstm": 2, "gru": 1}[policy.recurrent] * policy.recurrent_size
 
 
-def job_layout(job, spec: EnvSpec) -> Layout:
+def job_layout(job: Job, spec: EnvSpec) -> Layout:
     """The fragment layout of a job for its env (generated responses: with their
     prompts, `EnvSpec.prompt_len`)."""
     return Layout(spec, job.sampling.fragment_length, job.traits.extras,

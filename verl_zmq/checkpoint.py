@@ -8,13 +8,14 @@ import contextlib
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
 
-def save_atomic(obj: dict, path: Path) -> None:
+def save_atomic(obj: dict[str, Any], path: Path) -> None:
     """Write to a temporary file, then rename: a reader sees the old file or the new
     one. A failed write (a full disk) leaves the old file and no temporary."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -46,11 +47,13 @@ def save_folder_atomic(write: Callable[[Path], None], path: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def load(path: str | Path, device: str = "cpu") -> dict:
-    return torch.load(path, map_location=device, weights_only=True)
+def load(path: str | Path, device: str = "cpu") -> dict[str, Any]:
+    """A checkpoint, read with `weights_only=True` (no pickled code runs)."""
+    out: dict[str, Any] = torch.load(path, map_location=device, weights_only=True)
+    return out
 
 
-def write_checkpoint(d: Path, env_steps: int, state: dict, keep: int) -> Path:
+def write_checkpoint(d: Path, env_steps: int, state: dict[str, Any], keep: int) -> Path:
     """<d>/step_<n>.pt and latest.pt; prune old step files to `keep`."""
     path = d / f"step_{env_steps}.pt"
     save_atomic(state, path)
@@ -62,15 +65,15 @@ def write_checkpoint(d: Path, env_steps: int, state: dict, keep: int) -> Path:
     return path
 
 
-def numpy_state(arrays: dict) -> dict:
+def numpy_state(arrays: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """Params arrays as tensors (what weights_only loading accepts)."""
     import numpy as np
 
     return {k: torch.from_numpy(np.array(v)) for k, v in arrays.items()}
 
 
-def policy_state(job_text: str, algorithm: str, policy: dict, rms: dict | None = None,
-                 **meta) -> dict:
+def policy_state(job_text: str, algorithm: str, policy: Mapping[str, Any],
+                 rms: Mapping[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
     """What every checkpoint holds for using the policy outside the job (best.pt is
     only this): the resolved job, the policy's arrays and the obs statistics."""
     return {"job": job_text, "algorithm": algorithm, "policy": numpy_state(policy),

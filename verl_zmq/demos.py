@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,12 +26,13 @@ FORMAT = 1
 REQUIRED = ("obs", "action", "reward", "terminated", "truncated", "episode_start")
 
 
-def record(lp, episodes: int, seed: int, deterministic: bool = True) -> dict[str, np.ndarray]:
+def record(lp: Any, episodes: int, seed: int, deterministic: bool = True
+           ) -> dict[str, np.ndarray]:
     """Play `episodes` episodes of a loaded policy (see export.load_policy), one env."""
     from .envs.make import make_env
 
     env = make_env(lp.job.environment)
-    cols: dict[str, list] = {k: [] for k in ("obs", "action", "reward", "terminated",
+    cols: dict[str, list[Any]] = {k: [] for k in ("obs", "action", "reward", "terminated",
                                              "truncated")}
     starts = []
     clip = lp.job.environment.clip_obs
@@ -74,7 +76,7 @@ class Demos:
         return len(self.obs)
 
 
-def load_demos(path: str | Path, spec) -> Demos:
+def load_demos(path: str | Path, spec: Any) -> Demos:
     """Read and check a demonstrations file against an env; ValueError says what is wrong."""
     p = Path(path)
     if not p.exists():
@@ -118,7 +120,7 @@ class BCTerm:
     """The behaviour-cloning term: weight mixing_ratio (decaying linearly to 0 over
     decay_steps env steps when set) times -log pi(a_demo | s_demo) on a random batch."""
 
-    def __init__(self, cfg, spec, seed: int = 0):
+    def __init__(self, cfg: Any, spec: Any, seed: int = 0):
         self.cfg = cfg
         self.demos = load_demos(cfg.demos, spec)
         self.rng = np.random.default_rng(seed)
@@ -126,8 +128,8 @@ class BCTerm:
     def weight(self, env_steps: int) -> float:
         c = self.cfg
         if c.decay_steps > 0:
-            return c.mixing_ratio * max(0.0, 1.0 - env_steps / c.decay_steps)
-        return c.mixing_ratio
+            return float(c.mixing_ratio * max(0.0, 1.0 - env_steps / c.decay_steps))
+        return float(c.mixing_ratio)
 
     def batch(self) -> tuple[np.ndarray, np.ndarray]:
         """(raw obs, actions) of `batch_size` demonstration steps."""

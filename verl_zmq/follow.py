@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from pathlib import Path
+from typing import Any
 
 import zmq
 
@@ -67,7 +68,9 @@ class Follower:
             endpoint = self._endpoint(t)
             if endpoint is None:
                 return
-            sub = t.connect_edge(SPARE_PARAMS, endpoint)
+            # a plain (not asyncio) context: this socket is synchronous, whatever the
+            # Transport's annotations say of its asyncio sockets
+            sub: Any = t.connect_edge(SPARE_PARAMS, endpoint)
             sub.setsockopt(zmq.SUBSCRIBE, b"")
             while not self._stop.is_set():
                 if sub.poll(100):
@@ -80,7 +83,7 @@ class Follower:
 
     def _endpoint(self, t: Transport) -> str | None:
         """The member's params endpoint as the registry knows it (None: stopped first)."""
-        dealer = t.connect_edge(SPARE_REGISTRY, self.registry)
+        dealer: Any = t.connect_edge(SPARE_REGISTRY, self.registry)  # synchronous
         try:
             while not self._stop.is_set():
                 dealer.send_multipart(wire.encode(wire.SnapshotRequest(src=self.member_id)))
@@ -96,7 +99,7 @@ class Follower:
         finally:
             t.close_socket(dealer)
 
-    def _take(self, frames: list) -> None:
+    def _take(self, frames: list[Any]) -> None:
         try:
             msg = wire.decode(frames)
         except wire.WireError:

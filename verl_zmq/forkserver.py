@@ -46,6 +46,7 @@ import select
 import signal
 import socket
 import sys
+from typing import Any
 
 from . import blas  # noqa: F401  (before numpy: one BLAS thread per role process)
 
@@ -81,7 +82,8 @@ def _import(modules: list[str]) -> None:
             importlib.import_module(name)
 
 
-def _child(req: dict, fds: list[int], sock: socket.socket, wake_r: int, wake_w: int) -> None:
+def _child(req: dict[str, Any], fds: list[int], sock: socket.socket, wake_r: int,
+           wake_w: int) -> None:
     """In the forked child: become the role; never returns."""
     import io
     import traceback
@@ -186,7 +188,8 @@ def serve(fd: int, torch: bool = False, modules: list[str] | None = None,
     except BrokenPipeError:  # the launcher let it go before it was ready (`launcher/early.py`)
         os._exit(0)
     while True:
-        ready, _, _ = select.select([sock, wake_r], [], [])
+        waits: list[Any] = [sock, wake_r]
+        ready, _, _ = select.select(waits, [], [])
         if wake_r in ready:
             os.read(wake_r, 4096)
         _reap(sock)

@@ -53,7 +53,7 @@ def plug_in(path: str, what: str, takes: int, shape: str) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
-def load_object(path: str, what: str):
+def load_object(path: str, what: str) -> Any:
     """The object `path` names; ValueError naming `what` (the job key) when it cannot
     be imported."""
     mod, _, name = path.partition(":")

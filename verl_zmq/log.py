@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 
-def _import_structlog():
+def _import_structlog() -> Any:
     """structlog, without the console renderer's rich: structlog imports rich
     where it is installed, for pretty console tracebacks these logs never render
     (a traceback here is a dict in a JSON line), which is 0.1 s of a core in every
@@ -38,7 +38,7 @@ LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNI
           "error": logging.ERROR}
 
 
-def _json_default(o: Any):
+def _json_default(o: Any) -> Any:
     try:
         import numpy as np
 
@@ -51,12 +51,12 @@ def _json_default(o: Any):
     return str(o)
 
 
-def _add_ts(_, __, ev: dict) -> dict:
+def _add_ts(_: Any, __: str, ev: dict[str, Any]) -> dict[str, Any]:
     ev["ts"] = round(time.time(), 6)
     return ev
 
 
-def readable(ev: dict) -> str:
+def readable(ev: dict[str, Any]) -> str:
     """One line a person can read: time, level, who, event, fields."""
     ts = ev.get("ts", 0.0)
     stamp = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
@@ -77,11 +77,11 @@ class _Tee:
     """Render JSON for the stream; also hand each event to `echo` (the launcher's
     terminal), or print a readable line on a terminal stderr."""
 
-    def __init__(self, tty: bool, echo: Callable[[dict], None] | None = None):
+    def __init__(self, tty: bool, echo: Callable[[dict[str, Any]], None] | None = None):
         self.tty = tty
         self.echo = echo
 
-    def __call__(self, _, __, ev: dict) -> str:
+    def __call__(self, _: Any, __: str, ev: dict[str, Any]) -> str:
         if self.echo is not None:
             self.echo(ev)
         elif self.tty:
@@ -159,7 +159,7 @@ class SafeStream:
         return False
 
 
-def write_failed(log, event: str, path, e: OSError, then: str) -> None:
+def write_failed(log: Any, event: str, path: Any, e: OSError, then: str) -> None:
     """A file a role could not write (a checkpoint, a snapshot): one plain line on
     stderr naming the path and the error, and the same as a structured event."""
     SafeStream._say(f"error: cannot write {path}: {e.strerror or e} ({errno_name(e)}); "
@@ -173,8 +173,8 @@ def errno_name(e: OSError) -> str:
 
 def setup_logging(role: str, member_id: str, group: str = "main", incarnation: int = 0,
                   level: str = "info", stream: IO[str] | None = None,
-                  host: str | None = None, echo: Callable[[dict], None] | None = None
-                  ) -> structlog.typing.FilteringBoundLogger:
+                  host: str | None = None, echo: Callable[[dict[str, Any]], None] | None = None
+                  ) -> Any:
     """Configure structlog for this process and return the role's bound logger
     (through `SafeStream`: a log that cannot be written never stops a process).
     `echo` sees every event as well (the launcher's terminal decides what shows)."""
@@ -190,11 +190,11 @@ def setup_logging(role: str, member_id: str, group: str = "main", incarnation: i
         logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
-    return structlog.get_logger().bind(
+    return structlog.get_logger().bind(  # a FilteringBoundLogger (structlog's typing)
         role=role, id=member_id, group=group, incarnation=incarnation,
         host=host or socket.gethostname(), pid=os.getpid(),
     )
 
 
-def get_logger(**ctx) -> structlog.typing.FilteringBoundLogger:
+def get_logger(**ctx: Any) -> Any:
     return structlog.get_logger().bind(**ctx)

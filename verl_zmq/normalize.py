@@ -20,11 +20,11 @@ class RunningMeanStd:
     """Mean and variance over every observation seen, mergeable across processes."""
 
     shape: tuple[int, ...]
-    mean: np.ndarray = field(default=None)
-    var: np.ndarray = field(default=None)
+    mean: np.ndarray = field(default=None)  # type: ignore[arg-type]  # zeros: set below
+    var: np.ndarray = field(default=None)  # type: ignore[arg-type]  # ones: set below
     count: float = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.mean is None:
             self.mean = np.zeros(self.shape, np.float64)
         if self.var is None:
@@ -50,14 +50,15 @@ class RunningMeanStd:
 
     def normalize(self, x: np.ndarray, clip: float) -> np.ndarray:
         z = (x - self.mean) / np.sqrt(self.var + 1e-8)
-        return np.clip(z, -clip, clip).astype(np.float32)
+        out: np.ndarray = np.clip(z, -clip, clip).astype(np.float32)
+        return out
 
     def to_arrays(self, prefix: str = "obs_rms/") -> dict[str, np.ndarray]:
         return {f"{prefix}mean": self.mean.astype(np.float64),
                 f"{prefix}var": self.var.astype(np.float64),
                 f"{prefix}count": np.array([self.count], np.float64)}
 
-    def load_arrays(self, arrays: dict, prefix: str = "obs_rms/") -> bool:
+    def load_arrays(self, arrays: Mapping[str, Any], prefix: str = "obs_rms/") -> bool:
         """Take statistics from a params message; False when they are absent or misshapen."""
         try:
             mean = np.asarray(arrays[f"{prefix}mean"], np.float64)

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import zmq.asyncio
 
@@ -25,7 +25,7 @@ from .config.members import RoleSpec, default_specs
 from .log import get_logger, setup_logging
 
 
-def read_stdin_bundle() -> dict:
+def read_stdin_bundle() -> dict[str, Any]:
     """The launcher's first stdin line: {"job": TOML text, "keys": {...} | null}."""
     line = sys.stdin.buffer.readline()
     if not line:
@@ -52,8 +52,10 @@ def standby(role: str, follower: Any = None) -> bool:
         os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20)
     main = threading.get_native_id()
 
+    stdin: Any = sys.stdin.buffer  # a BufferedReader: it peeks
+
     def watch() -> None:  # started before going idle: runs at normal priority
-        sys.stdin.buffer.peek(1)
+        stdin.peek(1)
         if idle:
             os.sched_setscheduler(main, os.SCHED_OTHER, os.sched_param(0))
 
@@ -65,7 +67,7 @@ def standby(role: str, follower: Any = None) -> bool:
         follower.start()
     role_class(role).preload()
     waiter.join()
-    return bool(sys.stdin.buffer.peek(1))
+    return bool(stdin.peek(1))
 
 
 def resolve_cpus(spec: str, allowed: list[int]) -> list[int] | None:
@@ -93,7 +95,7 @@ def apply_cpus(spec: str) -> list[int] | None:
     return cpus
 
 
-def pin(log) -> None:
+def pin(log: Any) -> None:
     """Apply the launcher's VERL_CPUS and log it; never fail a role over its pinning."""
     spec = os.environ.get("VERL_CPUS", "")
     try:
@@ -104,7 +106,7 @@ def pin(log) -> None:
         log.warning("cpu_affinity_failed", spec=spec, error=str(e))
 
 
-def lower_priority(nice: int, log) -> None:
+def lower_priority(nice: int, log: Any) -> None:
     """`resources.<role>.nice`: yield shared cores to the other roles (a sampler to
     its learner, which every sampler waits on). Where the kernel shares CPU between
     sessions first (autogroup), a nice value counts only inside the session, so a
@@ -161,7 +163,7 @@ def limit_memory(spec: str) -> None:
 
 
 def make_transport(ctx: zmq.asyncio.Context, job: Job, host: str, keys: CurveKeys | None,
-                   log, inproc: bool = False, registry: str = "") -> Transport:
+                   log: Any, inproc: bool = False, registry: str = "") -> Transport:
     """The role's transport; it never binds the registry's port (`registry`, its
     endpoint, where the launcher may have chosen another than the job's)."""
     def denied(key: str) -> None:
@@ -182,7 +184,7 @@ def _port(endpoint: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def _over_limit(log, spec: RoleSpec, limit: str, e: BaseException) -> int:
+def _over_limit(log: Any, spec: RoleSpec, limit: str, e: BaseException) -> int:
     msg = (f"{spec.role} {spec.member_id} went over its memory limit of {limit} "
            f"(resources.{spec.role}.memory): {type(e).__name__}: {str(e)[:200]}")
     log.error("memory_limit_exceeded", error=msg)
@@ -192,8 +194,8 @@ def _over_limit(log, spec: RoleSpec, limit: str, e: BaseException) -> int:
 
 def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir: Path,
                      keys: CurveKeys | None, exit_on_stdin_eof: bool,
-                     log_stream=None, incarnation: int | None = None,
-                     extra: dict | None = None) -> int:
+                     log_stream: IO[str] | None = None, incarnation: int | None = None,
+                     extra: dict[str, Any] | None = None) -> int:
     """Run one role in this process until it stops; return its exit code."""
     from .roles.base import RoleContext, default_incarnation, index_of, role_class
     from .roles.service import out_of_memory, serve
@@ -215,7 +217,7 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
     except MemoryError as e:
         return over_limit(e)
     except (ValueError, OSError) as e:
-        log.error("bad_memory_limit", value=res.memory, error=str(e))
+        log.error("bad_memory_limit", value=res.memory if res is not None else "", error=str(e))
         return 2
 
     try:
@@ -240,7 +242,7 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
             transport.close()
             zctx.term()
 
-    roles: list = []
+    roles: list[Any] = []
     try:
         rc = asyncio.run(main())
     except MemoryError as e:
@@ -267,7 +269,12 @@ async def _until_all_stop(roles: dict[asyncio.Task[int], Any]) -> list[int]:
     return codes
 
 
-def run_inproc(job: Job, run_dir: Path, log_stream=None) -> int:
+def _stop_all(roles: list[Any]) -> None:
+    for r in roles:
+        r.request_stop("signal")
+
+
+def run_inproc(job: Job, run_dir: Path, log_stream: IO[str] | None = None) -> int:
     """Every role of the job as asyncio tasks in this process over inproc://."""
     from .roles.base import RoleContext, default_incarnation, index_of, role_class
     from .roles.service import serve
@@ -293,7 +300,7 @@ def run_inproc(job: Job, run_dir: Path, log_stream=None) -> int:
             roles.append(role_class(spec.role)(ctx))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: [r.request_stop("signal") for r in roles])
+            loop.add_signal_handler(sig, _stop_all, roles)
         # the registry binds first: inproc connect before bind is allowed, but keep order
         tasks = [asyncio.create_task(serve(roles[0], install_signals=False))]
         await asyncio.sleep(0.05)

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import zmq
 import zmq.asyncio
@@ -22,7 +22,7 @@ _seq = itertools.count(1)
 class WireStats:
     """Counts malformed messages; logs at most one line per sender per interval."""
 
-    def __init__(self, log, interval_s: float):
+    def __init__(self, log: Any, interval_s: float):
         self.log = log
         self.interval_s = interval_s
         self.errors = 0
@@ -40,13 +40,13 @@ class WireStats:
 
 
 async def send(sock: zmq.asyncio.Socket, msg: wire.Message, src: str,
-               prefix: list | None = None) -> None:
+               prefix: list[Any] | None = None) -> None:
     msg.src = src
     msg.seq = next(_seq)
     await sock.send_multipart((prefix or []) + wire.encode(msg), copy=False)
 
 
-async def recv_frames(sock: zmq.asyncio.Socket) -> list:
+async def recv_frames(sock: zmq.asyncio.Socket) -> list[zmq.Frame]:
     """The next multipart message's frames, waiting as long as it takes. Polls with a
     timeout rather than block in recv: each poll re-reads the socket's events, so a
     wake-up lost on the edge-triggered fd (seen with inproc pipes that attach while
@@ -58,15 +58,17 @@ async def recv_frames(sock: zmq.asyncio.Socket) -> list:
         while not await sock.poll(RECV_POLL_MS):
             pass
         try:
-            frames: list = await sock.recv_multipart(copy=False)
+            frames: list[zmq.Frame] = await sock.recv_multipart(copy=False)
             return frames
         except zmq.Again:
             continue
 
 
 async def recv(sock: zmq.asyncio.Socket, stats: WireStats, n_prefix: int = 0,
-               expect: tuple[type, ...] | None = None):
-    """Receive one message: (prefix frames, message) or (prefix, None) if it was bad."""
+               expect: tuple[type, ...] | None = None
+               ) -> tuple[list[zmq.Frame], Any]:
+    """Receive one message: (prefix frames, message) or (prefix, None) if it was bad
+    (a message of `expect` where given: callers read its fields, hence Any)."""
     frames = await recv_frames(sock)
     prefix = frames[:n_prefix]
     sender = prefix[0].bytes.hex() if prefix else "peer"
@@ -102,7 +104,8 @@ async def request(sock: zmq.asyncio.Socket, msg: wire.Message, src: str, stats: 
         return None
 
 
-def reconnect(sock, current: dict[str, str], wanted: dict[str, str], log, what: str) -> None:
+def reconnect(sock: zmq.Socket[Any], current: dict[str, str], wanted: dict[str, str], log: Any,
+              what: str) -> None:
     """Connect to endpoints that appeared, disconnect from those that left."""
     for mid, ep in list(current.items()):
         if wanted.get(mid) != ep:

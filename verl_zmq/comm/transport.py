@@ -14,6 +14,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import zmq
 import zmq.asyncio
@@ -94,7 +95,7 @@ _RECEIVING = frozenset({zmq.SUB, zmq.XSUB, zmq.PULL, zmq.DEALER, zmq.REQ, zmq.RE
 
 
 def liveness_options(kind: int, server: bool, heartbeat_ms: int,
-                     dead_after_ms: int) -> dict[int, int]:
+                     dead_after_ms: int) -> dict[zmq.SocketOption, int]:
     """Socket options that drop a connection silent for `dead_after_ms`, so traffic
     resumes at once after a partition heals and a peer gone without a FIN stops
     holding a pipe (nothing when `heartbeat_ms` is 0).
@@ -154,7 +155,7 @@ class Transport:
         self.keys = None if inproc else keys
         self.inproc = inproc
         self.on_denied = on_denied
-        self.auth = None
+        self.auth: Any = None  # zmq's AsyncioAuthenticator once started (untyped)
         self.sockets: list[zmq.asyncio.Socket] = []
 
     def start_auth(self) -> None:

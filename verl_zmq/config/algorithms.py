@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..importing import load_object
 from .algo_params import DAPOParams, DQNParams, GRPOParams, Params, PPOParams, SACParams
@@ -67,8 +67,8 @@ class Row:
     attr: str = "ALGORITHM"  # the class's name in `module`
 
 
-PG = dict(on_policy=True, extras=("logp", "value"), learns_from_demos=True, numpy_actor="pg",
-          encoders=True, recurrent=True, own_networks=True)
+PG: dict[str, Any] = dict(on_policy=True, extras=("logp", "value"), learns_from_demos=True,
+                          numpy_actor="pg", encoders=True, recurrent=True, own_networks=True)
 
 ALGORITHMS: dict[str, Row] = {r.name: r for r in (
     Row("ppo", "verl_zmq.algos.ppo", PPOParams, Traits(**PG), "configs/cartpole_ppo.toml"),

@@ -6,7 +6,7 @@ The comment beside a key is its reference note (tools/gen_reference.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from .roles import TRAINER_ROLES
 
@@ -28,7 +28,8 @@ class K8s:
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"  # the image's
     namespace: str = "default"  # the Kubernetes namespace of every object
     service_account: str = ""  # empty: the namespace's default
-    node_selector: dict = field(default_factory=dict)  # e.g. {"kubernetes.io/arch" = "amd64"}
+    # e.g. {"kubernetes.io/arch" = "amd64"}
+    node_selector: dict[str, Any] = field(default_factory=dict)
     volume: str = ""  # a PersistentVolumeClaim for the run folder; empty: each pod's own
     ttl_s: int = 3600  # finished Jobs (and their pods) are deleted after this; 0: kept
 
@@ -46,7 +47,7 @@ class Launch:
     heartbeat_interval_s: float = 1.0  # every member beats to the registry this often
     heartbeat_liveness: int = 3  # missed heartbeats before a member counts as dead
     max_restarts: int = 3  # per role process, with exponential backoff
-    max_restarts_per_role: dict = field(default_factory=dict)  # e.g. {sampler = 10}
+    max_restarts_per_role: dict[str, Any] = field(default_factory=dict)  # e.g. {sampler = 10}
     restart_backoff_s: float = 1.0  # the first restart is at once; then this, doubling to 60 s
     restart_window_s: float = 600.0  # up this long: the role's restart budget starts afresh
     standby: list[str] = field(default_factory=lambda: list(TRAINER_ROLES))  # warm spares

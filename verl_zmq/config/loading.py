@@ -11,7 +11,7 @@ import difflib
 import tomllib
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +20,7 @@ from .checks import check_semantics
 from .sections import REQUIRED_SECTIONS, Algorithm, ConfigError, Job
 
 
-def load_job(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Job:
+def load_job(path: str | Path, overrides: Sequence[str] = ()) -> Job:
     """Read, override and validate a job file; raise ConfigError naming file and key."""
     path = Path(path)
     try:
@@ -30,7 +30,7 @@ def load_job(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> J
     return loads_job(text, str(path), overrides)
 
 
-def loads_job(text: str, source: str = "<job>", overrides=()) -> Job:
+def loads_job(text: str, source: str = "<job>", overrides: Sequence[str] = ()) -> Job:
     """Like load_job, from TOML text; `source` names it in errors."""
     try:
         raw = tomllib.loads(text)
@@ -90,7 +90,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return parts, parsed
 
 
-def apply_override(raw: dict, item: str, source: str = "<job>") -> None:
+def apply_override(raw: dict[str, Any], item: str, source: str = "<job>") -> None:
     parts, value = parse_override(item)
     node = raw
     for p in parts[:-1]:
@@ -101,27 +101,27 @@ def apply_override(raw: dict, item: str, source: str = "<job>") -> None:
     node[parts[-1]] = value
 
 
-def build_job(raw: dict, source: str = "<job>") -> Job:
+def build_job(raw: dict[str, Any], source: str = "<job>") -> Job:
     missing = [s for s in REQUIRED_SECTIONS if s not in raw]
     if missing:
         raise ConfigError(
             f"{source}: missing section [{missing[0]}]; a job file needs "
             + ", ".join(f"[{s}]" for s in REQUIRED_SECTIONS)
         )
-    job = _build_dataclass(Job, raw, "", source)
+    job: Job = _build_dataclass(Job, raw, "", source)
     if job.replay.mode == "auto":  # what the algorithm needs
-        job = dataclasses.replace(job, replay=dataclasses.replace(
-            job.replay, mode=job.traits.replay_modes[0]))
+        mode: Any = job.traits.replay_modes[0]
+        job = dataclasses.replace(job, replay=dataclasses.replace(job.replay, mode=mode))
     check_semantics(job, source)
     return job
 
 
-def _did_you_mean(key: str, choices) -> str:
+def _did_you_mean(key: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _build_dataclass(cls, raw: Any, prefix: str, source: str):
+def _build_dataclass(cls: Any, raw: Any, prefix: str, source: str) -> Any:
     where = prefix.rstrip(".") or "top level"
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: {where}: expected a table, got {_tname(raw)}")
@@ -171,7 +171,7 @@ class ForeignParams(ConfigError):
         self.job: Job | None = None  # the job without those keys, where it builds
 
 
-def _foreign_params(cls: type, raw: dict, prefix: str, source: str) -> None:
+def _foreign_params(cls: type, raw: dict[str, Any], prefix: str, source: str) -> None:
     """ForeignParams when every unknown key of `raw` is another algorithm's."""
     from .algorithms import example_job
 
@@ -195,7 +195,7 @@ def _tname(v: Any) -> str:
             list: "an array", dict: "a table"}.get(type(v), type(v).__name__)
 
 
-def _convert(value: Any, tp: Any, key: str, source: str):  # noqa: C901 - one case per type
+def _convert(value: Any, tp: Any, key: str, source: str) -> Any:  # noqa: C901 - one per type
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         return _build_dataclass(tp, value, key + ".", source)

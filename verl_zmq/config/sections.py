@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from .algo_params import Params, PPOParams
 from .algorithms import Traits, traits
@@ -35,7 +35,7 @@ class Environment:
     """The gymnasium env every sampler and the evaluator build."""
 
     id: str = "CartPole-v1"  # a registered gymnasium id, or module:Class
-    kwargs: dict = field(default_factory=dict)  # passed to gymnasium.make
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to gymnasium.make
     max_episode_steps: int = 0  # 0: the env's own limit
     # auto: native if any; threads: a vector step's envs at once (envs that wait)
     vectorization: Literal["auto", "native", "sync", "threads"] = "auto"
@@ -54,7 +54,7 @@ class Environment:
     frame_stack: int = 0  # stack the last N image frames on the channel axis; 0: off
     # gymnasium wrappers applied in order around every env (samplers and evaluator
     # alike): "module:Wrapper" or {wrapper = "module:Wrapper", kwargs = {...}}
-    wrappers: list[str | dict] = field(default_factory=list)
+    wrappers: list[str | dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ class Policy:
     # sizes: a model built with random weights); the tokenizer a folder, "chars"
     # (built in), or "" for the model folder's own
     path: str = ""
-    config: dict = field(default_factory=dict)  # kind = "hf": a model built from this config
+    config: dict[str, Any] = field(default_factory=dict)  # kind = "hf": a model of this config
     tokenizer: str = ""  # kind = "hf": a folder, "chars", or "" for the model's own
     # LoRA (peft): adapters of this rank on `target_modules`; samplers receive the
     # adapters only, and the reference is the model with its adapters disabled
@@ -213,7 +213,7 @@ class Evaluation:
     confirm_episodes: int = 0  # episodes of the second evaluation; 0: 3 x n_eval_episodes
     # merged over environment.kwargs for evaluation episodes only (held-out prompts,
     # a task's exact-match score)
-    env_kwargs: dict = field(default_factory=dict)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -333,6 +333,8 @@ class Job:
         if not (self.gossip.share_batch and self.traits.decentralised and k > 1):
             return self
         p, r, s = self.algorithm.params, dataclasses.replace, self.sampling
+        if not isinstance(p, PPOParams):  # (the decentralised learners: the PG family)
+            return self
         share = ceil_div(p.batch_size, k)
         envs = s.num_envs_per_worker
         if s.fragment_length * envs > share:

@@ -11,24 +11,25 @@ from typing import Any
 from .sections import Job
 
 
-def job_to_dict(job: Job) -> dict:
+def job_to_dict(job: Job) -> dict[str, Any]:
     """The job as plain TOML-able data (None values left out)."""
 
-    def strip(v):
+    def strip(v: Any) -> Any:
         if isinstance(v, dict):
             return {k: strip(x) for k, x in v.items() if x is not None}
         if isinstance(v, list):
             return [strip(x) for x in v]
         return v
 
-    return strip(dataclasses.asdict(job))
+    out: dict[str, Any] = strip(dataclasses.asdict(job))
+    return out
 
 
-def dumps_toml(data: dict) -> str:
+def dumps_toml(data: dict[str, Any]) -> str:
     """A small TOML writer for what job files hold (scalars, arrays, tables)."""
     lines: list[str] = []
 
-    def emit(table: dict, path: list[str]) -> None:
+    def emit(table: dict[str, Any], path: list[str]) -> None:
         scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
         subs = {k: v for k, v in table.items() if isinstance(v, dict)}
         if path and (scalars or not subs):

@@ -30,7 +30,7 @@ class ContractError(ValueError):
     """An env that answered outside gymnasium's API; the message says where."""
 
 
-def mismatch(obs: Any, space: gym.Space, at: str = "obs") -> str:
+def mismatch(obs: Any, space: gym.Space[Any], at: str = "obs") -> str:
     """How `obs` differs from `space`'s structure ("" when it fits)."""
     if isinstance(space, gym.spaces.Dict):
         return _dict_mismatch(obs, space, at)

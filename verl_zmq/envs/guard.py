@@ -13,6 +13,7 @@ import functools
 import multiprocessing
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -20,7 +21,8 @@ import numpy as np
 from ..config import Environment
 
 
-def _worker_env(make_env: Callable[[Environment], gym.Env], cfg: Environment):
+def _worker_env(make_env: Callable[[Environment], gym.Env[Any, Any]], cfg: Environment
+                ) -> gym.Env[Any, Any]:
     """In a worker: the env, with stderr silenced (a worker killed on purpose prints broken
     pipes; the parent reports every failure itself, in one line)."""
     import os
@@ -43,7 +45,7 @@ class GuardedVectorEnv:
     pickled to spawned processes)."""
 
     def __init__(self, cfg: Environment, num_envs: int, seeds: list[int],
-                 make_env: Callable[[Environment], gym.Env]):
+                 make_env: Callable[[Environment], gym.Env[Any, Any]]):
         self.cfg = cfg
         self.make_env = make_env
         self.num_envs = num_envs
@@ -67,16 +69,17 @@ class GuardedVectorEnv:
         """What its sampler reports (`sampling.collector.Counted`)."""
         return {"env_failures": self.failures, "episodes_dropped": self.dropped_episodes}
 
-    def reset(self, seed=None, options=None):
+    def reset(self, seed: Any = None, options: Any = None) -> Any:
         self.resets += 1
-        return self.venv.reset(seed=seed if seed is not None else self._next_seeds())
+        seeds: Any = seed if seed is not None else self._next_seeds()
+        return self.venv.reset(seed=seeds)
 
     def _next_seeds(self) -> list[int]:
         # fresh seeds after a failure: a deterministic hang must not repeat for ever
         self.seeds = [(s * 1_000_003 + 7) % (1 << 31) for s in self.seeds]
         return self.seeds
 
-    def step(self, actions):
+    def step(self, actions: Any) -> Any:
         try:
             with warnings.catch_warnings():  # gymnasium warns per worker error: we count them
                 warnings.simplefilter("ignore")
@@ -85,7 +88,7 @@ class GuardedVectorEnv:
         except (multiprocessing.TimeoutError, Exception) as e:  # hung, or raised in a worker
             return self._recover(e)
 
-    def _recover(self, err: BaseException):
+    def _recover(self, err: BaseException) -> Any:
         self.failures += 1
         kind = "hung" if isinstance(err, multiprocessing.TimeoutError) else "raised"
         self.last_error = (f"an env {kind} (step past environment.step_timeout_s = "

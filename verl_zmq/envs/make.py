@@ -24,7 +24,7 @@ from . import tasks  # noqa: F401  (registers its env ids)
 from .contract import under_wrappers
 from .families import source
 from .guard import GuardedVectorEnv
-from .spaces import SpaceError, action_space, obs_leaves, plain
+from .spaces import Leaf, SpaceError, action_space, obs_leaves, plain
 from .spec import EnvSpec as EnvSpec  # re-exported: the spec is made here (env_spec)
 
 
@@ -32,7 +32,7 @@ class EnvError(Exception):
     """An env that cannot be made or used; the message says why."""
 
 
-def _load_object(path: str, what: str):
+def _load_object(path: str, what: str) -> Any:
     try:
         return load_object(path, what)
     except ValueError as e:
@@ -95,16 +95,16 @@ class RewardFn(gym.Wrapper):
         self.fn = fn
         self._obs = None
 
-    def reset(self, **kw):
+    def reset(self, **kw: Any) -> Any:
         obs, info = self.env.reset(**kw)
         self._obs = obs
         return obs, info
 
-    def step(self, action):
+    def step(self, action: Any) -> Any:
         obs, r, term, trunc, info = self.env.step(action)
-        r = float(self.fn(self._obs, action, r, obs))
+        reward = float(self.fn(self._obs, action, float(r), obs))
         self._obs = obs
-        return obs, r, term, trunc, info
+        return obs, reward, term, trunc, info
 
 
 def make_env(cfg: Environment, render_mode: str | None = None,
@@ -179,8 +179,9 @@ def native_vector_env(cfg: Environment) -> bool:
 
 
 def make_vector_env(cfg: Environment, num_envs: int, seed: int,
-                    worker_index: int = 0) -> tuple[gym.vector.VectorEnv, list[int]]:
-    """`num_envs` copies as one vector env, and the seeds to reset it with."""
+                    worker_index: int = 0) -> tuple[Any, list[int]]:
+    """`num_envs` copies as one vector env (gymnasium's, or the guard's, which steps
+    as one), and the seeds to reset it with."""
     env_id = resolve_id(cfg.id)
     seeds = env_seeds(seed, worker_index, num_envs)
     if cfg.step_timeout_s > 0:  # envs that may hang or crash: worker processes, guarded
@@ -206,14 +207,15 @@ def make_vector_env(cfg: Environment, num_envs: int, seed: int,
     return venv, seeds
 
 
-def spec_of(obs_space: gym.Space, act_space: gym.Space, env_id: str) -> EnvSpec:
+def spec_of(obs_space: gym.Space[Any], act_space: gym.Space[Any], env_id: str) -> EnvSpec:
     try:
         leaves = obs_leaves(obs_space, f"{env_id}: observation space")
         act = action_space(act_space, f"{env_id}: action space")
     except SpaceError as e:
         raise EnvError(str(e)) from None
+    obs: tuple[Leaf, ...] = ()
     if plain(leaves):
-        shape, obs = leaves[0].shape, ()
+        shape = leaves[0].shape
     else:
         shape, obs = (sum(leaf.width for leaf in leaves),), leaves
     return EnvSpec(shape, act.kind == "discrete", act.n, act.shape, act.low, act.high,

@@ -31,7 +31,7 @@ import numpy as np
 
 Obs = Any  # np.ndarray (plain) or dict[str, np.ndarray] (structured)
 
-_DTYPES = {"box": np.dtype(np.float32), "image": np.dtype(np.uint8),
+_DTYPES: dict[str, np.dtype[Any]] = {"box": np.dtype(np.float32), "image": np.dtype(np.uint8),
            "discrete": np.dtype(np.int64), "binary": np.dtype(np.int8)}
 
 
@@ -69,12 +69,12 @@ def _is_image(space: gym.spaces.Box) -> bool:
     return space.dtype == np.uint8 and len(space.shape) == 3
 
 
-def obs_leaves(space: gym.Space, where: str = "observation space") -> tuple[Leaf, ...]:
+def obs_leaves(space: gym.Space[Any], where: str = "observation space") -> tuple[Leaf, ...]:
     """The leaves of an observation space, in a fixed order (Dict keys as the space
     orders them, Tuple entries by index); SpaceError for a space with no leaf kind."""
     out: list[Leaf] = []
 
-    def walk(s: gym.Space, path: tuple[str, ...]) -> None:
+    def walk(s: gym.Space[Any], path: tuple[str, ...]) -> None:
         if isinstance(s, gym.spaces.Box):
             out.append(Leaf(path, "image" if _is_image(s) else "box", tuple(s.shape)))
         elif isinstance(s, gym.spaces.Discrete):
@@ -179,7 +179,7 @@ class ActionSpace:
     high: tuple[float, ...] = ()
 
 
-def action_space(space: gym.Space, where: str = "action space") -> ActionSpace:
+def action_space(space: gym.Space[Any], where: str = "action space") -> ActionSpace:
     if isinstance(space, gym.spaces.Discrete):
         if int(space.start) != 0:
             raise SpaceError(f"{where}: Discrete with start {space.start} (must be 0)")
@@ -192,7 +192,7 @@ def action_space(space: gym.Space, where: str = "action space") -> ActionSpace:
             raise SpaceError(f"{where}: MultiDiscrete with a start other than 0")
         nvec = tuple(int(x) for x in space.nvec)
         return ActionSpace("multidiscrete", sum(nvec), (len(nvec),), nvec=nvec)
-    if isinstance(space, gym.spaces.MultiBinary) and np.ndim(space.n) == 0:
+    if isinstance(space, gym.spaces.MultiBinary) and isinstance(space.n, int | np.integer):
         return ActionSpace("multibinary", int(space.n), (int(space.n),))
     raise SpaceError(f"{where}: {space} is not supported (Discrete, 1-d Box, 1-d "
                      f"MultiDiscrete and 1-d MultiBinary are)")

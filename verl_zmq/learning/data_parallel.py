@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -91,7 +92,7 @@ class LearnerGroup:
 
     # -- state ------------------------------------------------------------------
 
-    def broadcast_state(self, modules: list[torch.nn.Module],
+    def broadcast_state(self, modules: Sequence[torch.nn.Module | torch.Tensor],
                         optimisers: list[Adam],
                         counters: list[int]) -> list[int]:
         """Rank 0's parameters, buffers, optimiser moments and `counters` everywhere
@@ -110,7 +111,7 @@ class LearnerGroup:
 
     # -- collectives ----------------------------------------------------------------
 
-    def reduce(self, params: list[torch.Tensor] | None,
+    def reduce(self, params: Sequence[torch.Tensor] | None,
                scalars: dict[str, float]) -> dict[str, float]:
         """The algorithm's `reduce_grads`: one all-reduce of the flat gradient and the
         scalars; the mean comes back into `.grad` and the returned scalars."""

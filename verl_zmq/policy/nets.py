@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -93,14 +94,14 @@ def actor_critic(spec: EnvSpec, policy: Policy) -> PolicyNet:
     return ActorCritic(spec, policy)
 
 
-def flat_grad(params: list[torch.Tensor], device: torch.device | str = "cpu") -> torch.Tensor:
+def flat_grad(params: Sequence[torch.Tensor], device: torch.device | str = "cpu") -> torch.Tensor:
     """Every parameter's gradient (zeros where there is none) as one float32 vector:
     what gradient averaging sends and sums."""
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach()
                       .reshape(-1).float().to(device) for p in params])
 
 
-def set_flat_grad(params: list[torch.Tensor], flat: torch.Tensor) -> None:
+def set_flat_grad(params: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
     """The inverse of `flat_grad`: each parameter's `.grad` from its slice of `flat`."""
     at = 0
     for p in params:

@@ -19,6 +19,7 @@ class FifoStore:
     """A bounded FIFO of fragments: the store of a FIFO shard."""
 
     persistent = False  # fragments are served once and soon: no snapshots
+    env_steps = 0  # not counted: the learner counts the steps of what it trains on
 
     def __init__(self, capacity_fragments: int, drop_oldest: bool = False):
         self.capacity = max(1, capacity_fragments)

@@ -22,6 +22,7 @@ class Store(Protocol):
     ones); `take` serves a batch (`untake` when sending it failed)."""
 
     persistent: bool  # kept in snapshots: `state()` / `load_state()` apply
+    env_steps: int  # env steps of what it has taken (0 where it does not count them)
 
     @property
     def size(self) -> int:

@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import wire
 from ..comm.messaging import WireStats, reconnect, recv, send
@@ -21,6 +21,9 @@ from ..comm.transport import Transport
 from ..config import Job
 from ..config.members import index_of
 from ..config.roles import ROLES
+
+if TYPE_CHECKING:
+    from .membership import RegistryClient
 
 __all__ = ["Rates", "Role", "RoleContext", "RoleRefused", "WireStats", "reconnect", "recv", "send",
            "role_class", "index_of", "default_incarnation", "ROLES"]
@@ -46,7 +49,7 @@ class RoleContext:
     transport: Transport
     log: Any
     exit_on_stdin_eof: bool = False
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 
@@ -72,9 +75,9 @@ class Role:
         self.stop_reason = ""
         self.endpoints: dict[str, str] = {}
         self.members: dict[str, wire.Member] = {}
-        self.registry_client = None
+        self.registry_client: RegistryClient | None = None
         self.started = time.monotonic()
-        self.memory_error: MemoryError | None = None
+        self.memory_error: BaseException | None = None  # what an address-space limit caused
 
     @property
     def id(self) -> str:
@@ -138,7 +141,8 @@ def role_class(name: str) -> type[Role]:
     """Import a role's module only when asked: the registry must not import torch."""
     if name not in ROLES:
         raise KeyError(name)
-    return importlib.import_module(f"verl_zmq.roles.{name}").ROLE
+    cls: type[Role] = importlib.import_module(f"verl_zmq.roles.{name}").ROLE
+    return cls
 
 
 def default_incarnation() -> int:

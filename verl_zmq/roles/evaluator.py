@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import zmq
 
 from .. import wire
-from ..config import dumps_job
+from ..config import Evaluation, Job, dumps_job
 from ..config.algorithms import numpy_acting
 from ..config.roles import EVALUATOR
 from ..config.wiring import EVALUATOR_PARAMS
@@ -35,21 +37,21 @@ HISTORY = 16  # returns of recent params, and versions of each peer, by fingerpr
 PROGRESS_S = 1.0  # an evaluation's progress is logged at most this often
 
 
-def _put(d: dict, key, value, cap: int) -> None:
+def _put(d: dict[Any, Any], key: Any, value: Any, cap: int) -> None:
     """Remember `value` under `key`, forgetting the oldest beyond `cap` entries."""
     d[key] = value
     while len(d) > cap:
         d.pop(next(iter(d)))
 
 
-def _write_best(path: Path, job_text: str, algorithm: str, policy: dict, rms, meta: dict
-                ) -> None:
+def _write_best(path: Path, job_text: str, algorithm: str, policy: dict[str, Any],
+                rms: dict[str, Any] | None, meta: dict[str, Any]) -> None:
     from ..checkpoint import policy_state, save_atomic  # torch: first needed here
 
     save_atomic(policy_state(job_text, algorithm, policy, rms, **meta), path)
 
 
-def confirm_episodes(job) -> int:
+def confirm_episodes(job: Job) -> int:
     """Episodes of a best-model candidate's second evaluation."""
     return job.evaluation.confirm_episodes or 3 * job.evaluation.n_eval_episodes
 
@@ -89,13 +91,13 @@ class EvaluatorRole(Role):
         self.last: dict[str, float] = {}
         self.evaluations = 0
         # params fingerprint -> (returns, info values) of its evaluation (newest first)
-        self.results: dict[str, tuple[np.ndarray, dict]] = {}
+        self.results: dict[str, tuple[np.ndarray, dict[str, list[float]]]] = {}
         self.infos: dict[str, list[float]] = {}  # the last evaluation's logging.info_keys
         self.checked: dict[str, float] = {}  # params fingerprint -> confirmed best return
         self.held: dict[str, tuple[str, wire.Params]] = {}  # trainer -> (fingerprint, params)
         self.credited: dict[str, int] = {}  # trainer -> the version last charted
         self.history: dict[str, dict[str, int]] = {}  # DAPO peer -> recent prints: version
-        self.best_next: tuple | None = None  # best.pt's contents, not written yet
+        self.best_next: tuple[Any, ...] | None = None  # best.pt's contents, not yet written
         self.best_writer: asyncio.Task[None] | None = None
         self.video_dir = ""
         if self.job.environment.record_video:
@@ -117,7 +119,7 @@ class EvaluatorRole(Role):
         except (OSError, KeyError, RuntimeError, ValueError, TypeError):
             return -math.inf
 
-    def on_membership(self, members) -> None:
+    def on_membership(self, members: dict[str, wire.Member]) -> None:
         super().on_membership(members)
         # a trainer of our group (rank 0 of data-parallel learners: the others
         # publish nothing); in a decentralised job every peer, whatever its group
@@ -168,7 +170,7 @@ class EvaluatorRole(Role):
                 if await self._evaluate(msg, E):
                     return
 
-    async def _evaluate(self, msg: wire.Params, E) -> bool:
+    async def _evaluate(self, msg: wire.Params, E: Evaluation) -> bool:
         """Evaluate one sender's params when due; True when the job should end. With
         DAPO every live peer is covered in the same round, once: the newest
         parameters that every peer holds or held (gradient rounds keep the peers
@@ -191,6 +193,7 @@ class EvaluatorRole(Role):
             rets = await self._returns(one, E)
             fp = self._fp(one.src)
             for m in live if rets is not None else []:
+                assert rets is not None
                 if self.credited.get(m.src) == m.version and m.src != src:
                     continue  # this very version is charted already
                 # m may be an update past these params: say when it held them
@@ -212,7 +215,7 @@ class EvaluatorRole(Role):
     def _fp(self, src: str) -> str:
         return self.held.get(src, ("", None))[0]
 
-    async def _returns(self, msg: wire.Params, E) -> np.ndarray | None:
+    async def _returns(self, msg: wire.Params, E: Evaluation) -> np.ndarray | None:
         """The episodes' returns of these params: run, or known from the same params
         (same seeds, same returns); None when they do not fit."""
         fp = self._fp(msg.src)
@@ -231,7 +234,7 @@ class EvaluatorRole(Role):
             _put(self.results, fp, (rets, self.infos), HISTORY)
         return rets
 
-    def _progress(self, what: str, msg: wire.Params):
+    def _progress(self, what: str, msg: wire.Params) -> Callable[[int, int], None]:
         """A callback for `evaluate` (run in a thread): an `eval_progress` event as
         episodes end, at most every PROGRESS_S, so the launcher can say what the
         job waits for once training has ended (a final evaluation)."""
@@ -253,12 +256,12 @@ class EvaluatorRole(Role):
         """Load these params (and observation statistics) to act; False, counted,
         when they do not fit."""
         try:
-            self.algo.load_policy_arrays(msg.arrays)
+            self.algo.load_policy_arrays(dict(msg.arrays))
         except ValueError as e:
             self.wire_stats.reject(msg.src, wire.WireError(f"params do not fit: {e}"))
             return False
         if self.rms is not None:
-            self.rms.load_arrays(msg.arrays)
+            self.rms.load_arrays(dict(msg.arrays))
         return True
 
     async def _confirmed(self, msg: wire.Params, mean: float, fp: str, episodes: int
@@ -286,7 +289,7 @@ class EvaluatorRole(Role):
             _put(self.checked, fp, score, HISTORY)
         return score, len(again)
 
-    async def _credit(self, msg: wire.Params, rets: np.ndarray, fp: str, E,
+    async def _credit(self, msg: wire.Params, rets: np.ndarray, fp: str, E: Evaluation,
                       held: int | None = None) -> bool:
         """Log one trainer's evaluation (of the params it held at version `held`, its
         newest when None); True when every trainer has reached the target."""
@@ -341,7 +344,7 @@ class EvaluatorRole(Role):
             meta = dict(env_steps=msg.env_steps, version=msg.version, eval_return_mean=mean)
             self._keep_best((dumps_job(self.job), self.job.algorithm.name, policy, rms, meta))
 
-    def _keep_best(self, what: tuple) -> None:
+    def _keep_best(self, what: tuple[Any, ...]) -> None:
         """Write best.pt behind the evaluations: the newest best waiting is written
         next, the others are passed over. A write may take seconds (the first
         imports torch where the evaluator was not forked with it), and the
@@ -364,7 +367,7 @@ class EvaluatorRole(Role):
             await self.best_writer
 
     def metrics(self) -> dict[str, float]:
-        out = {"evaluator/evaluations": self.evaluations}
+        out: dict[str, float] = {"evaluator/evaluations": self.evaluations}
         if self.evaluations:
             out["evaluator/best_return"] = self.best
         out.update(self.last)

@@ -17,14 +17,16 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import zmq
 
 from .. import wire
+from ..algos.base import GradReduce
 from ..algos.optim import Adam
 from ..comm.messaging import recv_frames
 from ..config.roles import EVALUATOR, LEARNER, REPLAY
@@ -78,7 +80,8 @@ class LearnerRole(Role):
             self.endpoints["params"] = pub_ep
         if self.group is not None and self.primary:
             t = self.ctx.transport
-            port = free_port(t.host, *self.job.launch.port_range, t.reserved)
+            lo, hi = self.job.launch.port_range
+            port = free_port(t.host, lo, hi, t.reserved)
             self.endpoints["dist"] = f"tcp://{t.host}:{port}"
         self.feed = make_feed(self.trainer, LinkConfig(self.ctx.transport, self.log,
                                                        self.wire_stats, self.id))
@@ -90,9 +93,10 @@ class LearnerRole(Role):
 
     @classmethod
     def preload(cls) -> None:
-        from ..algos import TRAITS, algorithm_class
+        from ..algos import algorithm_class
+        from ..config.algorithms import ALGORITHMS
 
-        for name in TRAITS:  # each algorithm's module and what it imports
+        for name in ALGORITHMS:  # each algorithm's module and what it imports
             algorithm_class(name)
 
     def checkpoint_dir(self) -> Path:
@@ -103,7 +107,7 @@ class LearnerRole(Role):
         """Publishes params and writes checkpoints: the learner, or a group's rank 0."""
         return self.group is None or self.group.primary
 
-    def grad_reducer(self):
+    def grad_reducer(self) -> GradReduce | None:
         """What averages the update's gradients with others (data-parallel ranks,
         gossip peers), or None."""
         return self.group.reduce if self.group is not None else None
@@ -113,6 +117,7 @@ class LearnerRole(Role):
     async def _form_group(self) -> None:
         """Join the group's ranks at rank 0's `dist` endpoint, then take rank 0's state."""
         g, T = self.group, self.job.training
+        assert g is not None  # data-parallel ranks only
         deadline = time.monotonic() + T.learner_timeout_s
         while True:
             ranks = {m.id: m for m in self.members_of(LEARNER)
@@ -130,6 +135,7 @@ class LearnerRole(Role):
                       endpoint=endpoint)
         if not g.primary:  # rank 0 restarting meanwhile: this join would wait for nothing
             self.formed = {"learner-0": first.incarnation}
+        assert first is not None
         await asyncio.to_thread(g.join, endpoint)
         owned = [getattr(self.algo, a) for a in self.algo.state_attrs]
         modules = [v for v in owned if isinstance(v, torch.nn.Module) or torch.is_tensor(v)]
@@ -144,7 +150,7 @@ class LearnerRole(Role):
         self.log.info("learner_group_formed", rank=g.rank, world=g.world, backend=g.backend,
                       env_steps=s.env_steps, version=s.version, members=sorted(self.formed))
 
-    def _check_group(self, members) -> None:
+    def _check_group(self, members: dict[str, wire.Member]) -> None:
         """A rank that left or restarted breaks the group: a collective would wait for
         it until the timeout. Leave at once; the launcher restarts us and the group
         forms again from rank 0's latest checkpoint."""
@@ -153,7 +159,8 @@ class LearnerRole(Role):
         now = {m.id: m.incarnation for m in members.values()}
         gone = sorted(i for i, inc in self.formed.items() if now.get(i) != inc)
         if gone:
-            self.log.error("learner_group_broken", lost=gone, rank=self.group.rank)
+            self.log.error("learner_group_broken", lost=gone,
+                           rank=self.group.rank if self.group is not None else 0)
             print(f"error: {self.id}: learner group broken: {', '.join(gone)} left or "
                   f"restarted; leaving so that the group forms again", file=sys.stderr,
                   flush=True)
@@ -170,7 +177,7 @@ class LearnerRole(Role):
 
     # -- membership ---------------------------------------------------------------
 
-    def on_membership(self, members) -> None:
+    def on_membership(self, members: dict[str, wire.Member]) -> None:
         super().on_membership(members)
         self.shards_changed.set()
         if self.group is not None:
@@ -207,10 +214,12 @@ class LearnerRole(Role):
 
     async def _subscribers_loop(self) -> None:
         """Publish again when a subscriber joins (once per burst of joins)."""
+        pub = self.pub
+        assert pub is not None  # the primary's: only it runs this loop
         while True:
-            joined = (await recv_frames(self.pub))[0].bytes[:1] == b"\x01"  # \x00: one left
-            while await self.pub.poll(50):
-                joined |= (await recv_frames(self.pub))[0].bytes[:1] == b"\x01"
+            joined = (await recv_frames(pub))[0].bytes[:1] == b"\x01"  # \x00: one left
+            while await pub.poll(50):
+                joined |= (await recv_frames(pub))[0].bytes[:1] == b"\x01"
             if joined:
                 await self._send_last()
 
@@ -237,7 +246,7 @@ class LearnerRole(Role):
         if self.primary:  # rank 0 offers the final params and ends the job
             await self.finish()
 
-    def finish_counts(self) -> dict:
+    def finish_counts(self) -> dict[str, int]:
         return {"fragments_dropped": self.feed.dropped}
 
     async def finish(self) -> None:
@@ -250,10 +259,10 @@ class LearnerRole(Role):
             await asyncio.sleep(1.0)
         await self.job_shutdown("training_finished")
 
-    def members_of(self, role: str) -> list:
+    def members_of(self, role: str) -> list[wire.Member]:
         return [m for m in self.members.values() if m.role == role]
 
-    def tasks_to_run(self) -> list:
+    def tasks_to_run(self) -> list[Coroutine[Any, Any, None]]:
         if self.pub is None:
             return [self._shards_loop(), self._train()]
         return [self._shards_loop(), self._subscribers_loop(), self._republish_loop(),
@@ -279,8 +288,8 @@ class LearnerRole(Role):
     def metrics(self) -> dict[str, float]:
         d, dt = self.rates.update(steps=self.env_steps, updates=self.algo.updates)
         r = self.name
-        return {**self.trainer.metrics(r), **self.feed.metrics(r),
-                f"{r}/env_steps_per_s": round(d["steps"] / dt, 1),
+        out: dict[str, Any] = {**self.trainer.metrics(r), **self.feed.metrics(r)}
+        return {**out, f"{r}/env_steps_per_s": round(d["steps"] / dt, 1),
                 f"{r}/updates_per_s": round(d["updates"] / dt, 3)}
 
 

@@ -21,6 +21,7 @@ import socket
 import time
 
 import zmq
+import zmq.asyncio
 
 from .. import wire
 from ..comm.versions import local_versions
@@ -46,8 +47,8 @@ class RegistryClient:
         )
         self.members: dict[str, wire.Member] = {}
         self.seq = -1
-        self.dealer = None
-        self.sub = None
+        self.dealer: zmq.asyncio.Socket | None = None  # opened by `run`, before any exchange
+        self.sub: zmq.asyncio.Socket | None = None
         self.sub_endpoint = ""
         self.registered = False
         self.last_reply = 0.0
@@ -106,20 +107,26 @@ class RegistryClient:
             return
         if self.sub is not None:
             self.t.close_socket(self.sub)
-        self.sub = self.t.connect_edge(MEMBERSHIP, endpoint)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub = self.t.connect_edge(MEMBERSHIP, endpoint)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub = sub
         self.sub_endpoint = endpoint
 
     # -- protocol ---------------------------------------------------------------
 
+    @property
+    def _d(self) -> zmq.asyncio.Socket:
+        assert self.dealer is not None, "the registry's socket is opened before any exchange"
+        return self.dealer
+
     async def _register(self) -> bool:
         self.me.endpoints = dict(self.role.endpoints)
-        await send(self.dealer, wire.Register(member=self.me), self.me.id)
+        await send(self._d, wire.Register(member=self.me), self.me.id)
         deadline = time.monotonic() + self.dead_after_s
         while (left := deadline - time.monotonic()) > 0:
-            if not await self.dealer.poll(left * 1000):
+            if not await self._d.poll(left * 1000):
                 break
-            _, msg = await recv(self.dealer, self.role.wire_stats)
+            _, msg = await recv(self._d, self.role.wire_stats)
             if isinstance(msg, wire.RegisterReply):
                 if not msg.ok:
                     raise RoleRefused(msg.error)
@@ -140,7 +147,7 @@ class RegistryClient:
             if not msg.known:
                 self.registered = False
             elif msg.members_seq > self.seq:
-                await send(self.dealer, wire.SnapshotRequest(), self.me.id)
+                await send(self._d, wire.SnapshotRequest(), self.me.id)
             if msg.shutdown:
                 self.role.request_stop(f"job_shutdown:{msg.shutdown}")
         elif isinstance(msg, wire.MembershipSnapshot):
@@ -148,7 +155,7 @@ class RegistryClient:
                 self._apply_snapshot(msg.members_seq, msg.members)
         elif isinstance(msg, wire.MembershipDelta):
             if not self._apply_delta(msg):
-                await send(self.dealer, wire.SnapshotRequest(), self.me.id)
+                await send(self._d, wire.SnapshotRequest(), self.me.id)
         elif isinstance(msg, wire.Shutdown):
             self.role.request_stop(f"job_shutdown:{msg.reason}")
 
@@ -159,9 +166,9 @@ class RegistryClient:
             now = time.monotonic()
             if self.keep_until and now >= self.keep_until:
                 self.keep_until = 0.0  # the grace is over: the next snapshot decides
-                await send(self.dealer, wire.SnapshotRequest(), self.me.id)
+                await send(self._d, wire.SnapshotRequest(), self.me.id)
             if now >= next_beat:
-                await send(self.dealer, wire.Heartbeat(incarnation=self.me.incarnation,
+                await send(self._d, wire.Heartbeat(incarnation=self.me.incarnation,
                                                        status=self.role.status()), self.me.id)
                 next_beat = now + self.interval
             if now - self.last_reply > self.dead_after_s:
@@ -169,12 +176,12 @@ class RegistryClient:
                                  members_kept=len(self.members))
                 return
             poller = zmq.asyncio.Poller()
-            poller.register(self.dealer, zmq.POLLIN)
+            poller.register(self._d, zmq.POLLIN)
             if self.sub is not None:
                 poller.register(self.sub, zmq.POLLIN)
             events = dict(await poller.poll(max(1.0, (next_beat - time.monotonic()) * 1000)))
-            if self.dealer in events:
-                _, msg = await recv(self.dealer, self.role.wire_stats)
+            if self._d in events:
+                _, msg = await recv(self._d, self.role.wire_stats)
                 self.last_reply = time.monotonic()
                 if msg is not None:
                     await self._handle(msg)
@@ -208,14 +215,14 @@ class RegistryClient:
 
     async def send_shutdown(self, reason: str) -> None:
         if self.dealer is not None:
-            await send(self.dealer, wire.Shutdown(reason=reason), self.me.id)
+            await send(self._d, wire.Shutdown(reason=reason), self.me.id)
 
     async def close(self) -> None:
         """Deregister (best effort: the registry may be gone) and close."""
         if self.dealer is not None and self.registered:
             try:
                 async with asyncio.timeout(0.5):
-                    await send(self.dealer, wire.Deregister(incarnation=self.me.incarnation),
+                    await send(self._d, wire.Deregister(incarnation=self.me.incarnation),
                                self.me.id)
                 await asyncio.sleep(0.05)  # let the frame leave before linger=0 close
             except (TimeoutError, zmq.ZMQError):

@@ -11,10 +11,14 @@ algorithm's fragment filter, applied by the feed like any learner's.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from .. import wire
+from ..algos.base import GradReduce
 from ..config.roles import EVALUATOR, PEER
 from ..learning.gossip.node import GossipNode
 from .learner import LearnerRole
@@ -40,13 +44,18 @@ class PeerRole(LearnerRole):
         # peers of one job may share a host and a run folder: one folder each
         return Path(self.ctx.run_dir) / "checkpoints" / self.id
 
-    def grad_reducer(self):
+    def grad_reducer(self) -> GradReduce | None:
         if self.job.gossip.mixing != "gradients":
             return None
-        # the node is built after the trainer, and is there before the first update
-        return lambda params, scalars: self.node.grads.reduce(params, scalars)
 
-    def on_membership(self, members) -> None:
+        # the node is built after the trainer, and is there before the first update
+        def reduce(params: Any, scalars: dict[str, float]) -> dict[str, float]:
+            assert self.node.grads is not None  # mixing = "gradients" builds it
+            return self.node.grads.reduce(params, scalars)
+
+        return reduce
+
+    def on_membership(self, members: dict[str, wire.Member]) -> None:
         super().on_membership(members)
         self.node.on_membership(members)
 
@@ -57,10 +66,10 @@ class PeerRole(LearnerRole):
         await self.node.bootstrapped.wait()
         await super()._train()
 
-    def tasks_to_run(self) -> list:
+    def tasks_to_run(self) -> list[Coroutine[Any, Any, None]]:
         return [self.node.serve(), self.node.bootstrap(), *super().tasks_to_run()]
 
-    def finish_counts(self) -> dict:
+    def finish_counts(self) -> dict[str, int]:
         return {**super().finish_counts(), **self.node.stats,
                 "uninformative_dropped": self.feed.filtered}
 

@@ -16,7 +16,7 @@ import zmq
 from .. import wire
 from ..comm.versions import local_versions, mismatch
 from ..config.roles import REGISTRY
-from .base import Role, recv, send
+from .base import Role, RoleContext, recv, send
 
 
 class RegistryRole(Role):
@@ -25,7 +25,7 @@ class RegistryRole(Role):
     name = REGISTRY
     uses_registry = False
 
-    def __init__(self, ctx):
+    def __init__(self, ctx: RoleContext):
         super().__init__(ctx)
         self.members: dict[str, wire.Member] = {}
         self.identity: dict[str, bytes] = {}

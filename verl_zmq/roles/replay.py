@@ -76,7 +76,8 @@ class ReplayRole(Role):
         if why:
             self.reject_fragment(msg, why)
             return None
-        return msg
+        frag: wire.Fragment = msg
+        return frag
 
     def reject_fragment(self, msg: wire.Fragment, why: str) -> None:
         self.rejected += 1

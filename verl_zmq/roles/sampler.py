@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from typing import Any
 
 import numpy as np
 import zmq
@@ -29,7 +30,8 @@ from ..sampling.pacing import make_pacer
 from .base import Rates, Role, reconnect, recv, send
 
 
-def _follow(sock, current: dict[str, str], wanted: dict[str, str], log, what: str) -> bool:
+def _follow(sock: zmq.Socket[Any], current: dict[str, str], wanted: dict[str, str], log: Any,
+            what: str) -> bool:
     """`reconnect`, and whether members we were connected to changed."""
     before = dict(current)
     reconnect(sock, current, wanted, log, what)
@@ -71,7 +73,7 @@ class SamplerRole(Role):
         self.infos: dict[str, deque[float]] = {}  # logging.info_keys, recent episodes
         self.rates = Rates(steps=0, waited=0.0)
 
-    def on_membership(self, members) -> None:
+    def on_membership(self, members: dict[str, wire.Member]) -> None:
         super().on_membership(members)
         shards = FRAGMENTS.targets(members.values(), self.ctx.group)
         learners = SAMPLER_PARAMS.targets(members.values(), self.ctx.group)
@@ -125,6 +127,7 @@ class SamplerRole(Role):
         when `timeout` passed without that (the learner is gone, or it waits for
         fragments that were lost): ship one anyway, outside the budget."""
         deadline = time.monotonic() + timeout  # republished params wake us: one deadline
+        assert self.pacer is not None  # paced, or this is not called
         while not self.pacer.may_ship():
             self.new_params.clear()
             try:

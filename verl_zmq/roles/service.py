@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any
 
 from .base import Role, RoleRefused
 from .membership import RegistryClient
@@ -79,7 +80,7 @@ async def _stacks() -> list[str]:
     return task_stacks()
 
 
-def _log_metrics(role: Role, **extra) -> None:
+def _log_metrics(role: Role, **extra: Any) -> None:
     values = role.metrics()
     values[f"{role.name}/wire_errors"] = role.wire_stats.errors
     role.log.info("metrics", **values, **extra)

@@ -12,12 +12,14 @@ import numpy as np
 
 from .. import wire
 from ..batch import FIRST, STATE, Layout, bootstrap
+from ..config import Job
 from ..envs.infos import at_episode_ends
 from ..envs.spaces import split
 from ..normalize import obs_norm
+from ..policy.actor import Actor
 
 
-def swap_params(c) -> dict | None:
+def swap_params(c: Any) -> dict[str, np.ndarray] | None:
     """A collector's pending params (`c.pending`: version, arrays) into its policy
     copy when they are new: version and swap counted, the arrays returned; None
     when nothing new came or they did not fit (`rejected_params` counted)."""
@@ -25,6 +27,7 @@ def swap_params(c) -> dict | None:
     if pending is None or pending[0] == c.version:
         return None
     version, arrays = pending
+    out: dict[str, np.ndarray] = arrays
     try:
         c.algo.load_policy_arrays(arrays)
     except ValueError:
@@ -32,7 +35,7 @@ def swap_params(c) -> dict | None:
         return None
     c.version = version
     c.swaps += 1
-    return arrays
+    return out
 
 
 @runtime_checkable
@@ -93,7 +96,7 @@ def make_collector(job: Any, algo: Any, worker: int, workers: int) -> Collector:
 class EnvCollector:
     """Steps the vector env and cuts fixed-length columnar fragments (no I/O)."""
 
-    def __init__(self, job, algo, venv, seeds: list[int]):
+    def __init__(self, job: Job, algo: Actor, venv: Any, seeds: list[int]):
         self.job = job
         self.algo = algo
         self.venv = venv
@@ -120,21 +123,21 @@ class EnvCollector:
         self.ep_ret = np.zeros(self.E, np.float64)
         self.ep_len = np.zeros(self.E, np.int64)
         self.version = 0
-        self.pending: tuple[int, dict] | None = None
-        self.cached: tuple[np.ndarray, dict, int] | None = None
+        self.pending: tuple[int, dict[str, np.ndarray]] | None = None
+        self.cached: tuple[np.ndarray, dict[str, np.ndarray], int] | None = None
         self.steps = 0
         self.job_steps = 0  # the job's env steps as this sampler estimates them (collect)
         self.swaps = 0
         self.rejected_params = 0
         self.info_keys = tuple(job.logging.info_keys)
         self.infos: dict[str, list[float]] = {}  # episode-end info values, taken by `infos_taken`
-        self._arena: tuple[tuple, wire.Arena] | None = None
+        self._arena: tuple[tuple[Any, ...], wire.Arena] | None = None
 
-    def _raw(self, raw):
+    def _raw(self, raw: Any) -> Any:
         """An observation as the env gave it: the array (plain), or {column: array}."""
         return split(raw, self.spec.leaves) if self.spec.structured else raw
 
-    def _obs(self, raw):
+    def _obs(self, raw: Any) -> Any:
         """What the policy sees and the fragment holds: normalised floats, float32, or
         uint8 images as they are (they become float on the network's device); per
         leaf for a structured observation."""
@@ -144,7 +147,7 @@ class EnvCollector:
             return raw
         return raw.astype(self.obs_dtype, copy=False)
 
-    def _put(self, c: dict, obs, t: int | None) -> None:
+    def _put(self, c: dict[str, np.ndarray], obs: Any, t: int | None) -> None:
         """Write an observation at step t of its columns (None: the bootstrap ones)."""
         if not self.spec.structured:
             obs = {"obs": obs}
@@ -163,7 +166,7 @@ class EnvCollector:
             self.rms.load_arrays(arrays)
         self.cached = None  # act again with the new params
 
-    def _act(self, obs):
+    def _act(self, obs: Any) -> tuple[np.ndarray, dict[str, np.ndarray], int, Any]:
         """(action, extras, version, the state it acted from): the cached first action
         of a fragment (acted at the last one's bootstrap), else a fresh one."""
         if self.cached is not None:
@@ -173,12 +176,13 @@ class EnvCollector:
         a, ex = self._policy(obs)
         return a, ex, self.version, self.state
 
-    def _policy(self, obs):
+    def _policy(self, obs: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         if not self.state_size:
             return self.algo.act(obs, env_steps=self.job_steps)
         return self.algo.act(obs, env_steps=self.job_steps, state=(self.state, self.first))
 
-    def _step(self, a: np.ndarray, finished_ret: list, finished_len: list):
+    def _step(self, a: np.ndarray, finished_ret: list[float], finished_len: list[int]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """One vector step: (valid, reward, terminated, truncated) as recorded, in
         NEXT_STEP layout (the step after a done step only resets: invalid)."""
         E = self.E
@@ -223,7 +227,7 @@ class EnvCollector:
     def close(self) -> None:
         self.venv.close()
 
-    def _columns(self, a: np.ndarray, ex: dict) -> wire.Arena:
+    def _columns(self, a: np.ndarray, ex: dict[str, np.ndarray]) -> wire.Arena:
         """The fragment's fixed columns, laid out as they travel (one per action
         shape and dtype: the same fragment after fragment)."""
         key = (a.dtype.str, a.shape, tuple((k, np.shape(ex[k])) for k in self.algo.extras))
@@ -238,9 +242,10 @@ class EnvCollector:
         T = self.T
         # exploration schedules read it; fixed for the fragment
         self.job_steps = self.steps * self.E * self.job.sampling.num_workers
-        raw_all = [] if self.norm else None
-        finished_ret, finished_len = [], []
-        min_version = None
+        raw_all: list[Any] | None = [] if self.norm else None
+        finished_ret: list[float] = []
+        finished_len: list[int] = []
+        min_version: int | None = None
         sync_every = max(1, self.job.sampling.sync_interval_steps // self.E)  # vector steps
         for t in range(T):
             if t == 0 or self.steps % sync_every == 0:
@@ -278,4 +283,4 @@ class EnvCollector:
         if raw_all is not None:
             rest.update(self.rms.moments(raw_all))
         rest.update(self.algo.finish_fragment({**c, **rest}))
-        return arena.message_arrays(blob, c, rest), int(min_version)
+        return arena.message_arrays(blob, c, rest), int(min_version or 0)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..config import Job
 from ..config.algorithms import filters_fragments
 
 
@@ -93,7 +94,7 @@ class Pacer:
         self.base, self.shipped = None, 0
 
 
-def make_pacer(job) -> Pacer | None:
+def make_pacer(job: Job) -> Pacer | None:
     """The job's pacer, or None (`lead_updates = 0`, sync mode, off-policy, or a
     learner that may drop fragments before an update, as DAPO's dynamic sampling
     does: it would need more than the samplers' share and wait for it)."""

@@ -24,7 +24,7 @@ from .affinity import cpu_specs
 from .fate import Fate, restart_delay
 from .forking import ForkedProcess, ForkServer, from_zygote, own_cpus, zygote_modules
 from .hooks import Hooks
-from .lost import NODE_FAILURE, SSH_LOST, host_lost, move_off
+from .lost import NODE_FAILURE, SSH_LOST, LostHosts
 from .plan import Placement, Plan
 from .relay import relay_events
 from .remote import RoleProcess, full_argv, last_lines, make_bundle
@@ -77,10 +77,11 @@ class Supervisor:
         self.stopping = False
         self.interrupts = 0
         self.fate = Fate(job, plan.placements)
-        self.failed = self.fate.failed  # one list: lost.py appends to it too
+        self.failed = self.fate.failed  # one list
         self.errors: dict[str, str] = {}  # member -> what ended its last incarnation
         self.stopped_by = ""  # a callback that ended the job early, and why
-        self.lost: dict[str, set[str]] = {}  # host address -> members lost with it
+        self.hosts = LostHosts(job, plan, run_dir, log, self.term, self.fate, self.fail_job,
+                               lambda: self.stopping)
         self.outcome = EXIT_DONE
         self.wake = asyncio.Event()
         self.t0 = time.time()
@@ -120,7 +121,7 @@ class Supervisor:
             host = self.plan.host_of(p)
             if host.via == "srun" and NODE_FAILURE in rp.err_tail(5):
                 # srun ends a step whose node died with exit code 0: it did not finish
-                if await move_off(self, rp, host):
+                if await self.hosts.move_off(rp, host):
                     continue
                 return
             if rc == 0:
@@ -133,7 +134,7 @@ class Supervisor:
             self.log.warning("role_died", member=p.member_id, member_role=p.role, exit_code=rc,
                              restarts=rp.restarts, last_error=err)
             if rc == SSH_LOST and host.by_ssh:  # the host went, not the role
-                if await host_lost(self, rp, host):
+                if await self.hosts.host_lost(rp, host):
                     continue  # it answers again: the role was restarted there
                 return
             delay = restart_delay(L, rp, rc, time.monotonic())
@@ -186,9 +187,6 @@ class Supervisor:
             return up >= SPARE_AFTER_S  # a fork of the zygote: nothing to import
         trained = rp.placement.member_id in self.view.trained
         return (up >= SPARE_AFTER_S and trained) or up >= SPARE_FALLBACK_S
-
-    def _vital(self, p: Placement) -> bool:
-        return self.fate.vital(p)
 
     def _judge_the_down(self) -> None:
         """A job whose training ended while roles it needs were down (crashed, their
@@ -390,7 +388,7 @@ class Supervisor:
             "restarts": {rp.placement.member_id: rp.restarts for rp in self.procs
                          if rp.restarts},
             "fragments_dropped": v.dropped,
-            "lost_hosts": {h: sorted(m) for h, m in self.lost.items()},
+            "lost_hosts": {h: sorted(m) for h, m in self.hosts.lost.items()},
             "failed_roles": {m: self.errors.get(m) or last_lines(self.logs / f"{m}.err", 5)
                              for m in self.failed},
             "best_checkpoint": str(best) if best.exists() else None,

@@ -23,6 +23,7 @@ import torch
 from .. import wire
 from ..algos import make_algorithm
 from ..algos.base import GradReduce, Learned, Progress
+from ..algos.optim import Adam
 from ..checkpoint import load as load_checkpoint
 from ..checkpoint import (
     numpy_state,
@@ -37,6 +38,7 @@ from ..files import clean_temporaries, free_mb
 from ..log import write_failed
 from ..normalize import RunningMeanStd, obs_norm, scale_rewards
 from .critic_watch import CriticWatch
+from .data_parallel import LearnerGroup
 from .state import TrainState
 
 if TYPE_CHECKING:
@@ -165,6 +167,19 @@ class Trainer:
         """The weights changed outside an update (loaded, or a group's broadcast):
         what `arrays` held is gone."""
         self.held = None
+
+    def take_group_state(self, group: LearnerGroup) -> None:
+        """A data-parallel group just formed: rank 0's parameters, optimiser moments
+        and counters, broadcast to every rank (blocking: run in a thread)."""
+        owned = [getattr(self.algo, a) for a in self.algo.state_attrs]
+        modules = [v for v in owned if isinstance(v, torch.nn.Module) or torch.is_tensor(v)]
+        opts = [v for v in owned if isinstance(v, Adam)]
+        s = self.state
+        s.env_steps, s.version, updates = group.broadcast_state(
+            modules, opts, [s.env_steps, s.version, self.algo.updates])
+        self.algo.take_updates(updates)
+        self.weights_changed()
+        group.group_steps = s.env_steps
 
     def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Take params from elsewhere (a gossip mix): a new version."""

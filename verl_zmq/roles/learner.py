@@ -27,7 +27,6 @@ import zmq
 
 from .. import wire
 from ..algos.base import GradReduce
-from ..algos.optim import Adam
 from ..comm.messaging import recv_frames
 from ..config.roles import EVALUATOR, LEARNER, REPLAY
 from ..config.wiring import DIST, REQUESTS
@@ -137,15 +136,8 @@ class LearnerRole(Role):
             self.formed = {"learner-0": first.incarnation}
         assert first is not None
         await asyncio.to_thread(g.join, endpoint)
-        owned = [getattr(self.algo, a) for a in self.algo.state_attrs]
-        modules = [v for v in owned if isinstance(v, torch.nn.Module) or torch.is_tensor(v)]
-        opts = [v for v in owned if isinstance(v, Adam)]
+        await asyncio.to_thread(self.trainer.take_group_state, g)  # rank 0's, everywhere
         s = self.trainer.state
-        s.env_steps, s.version, updates = await asyncio.to_thread(
-            g.broadcast_state, modules, opts, [s.env_steps, s.version, self.algo.updates])
-        self.algo.take_updates(updates)
-        self.trainer.weights_changed()  # rank 0's, broadcast
-        g.group_steps = s.env_steps
         self.formed = {m.id: m.incarnation for m in ranks.values()}
         self.log.info("learner_group_formed", rank=g.rank, world=g.world, backend=g.backend,
                       env_steps=s.env_steps, version=s.version, members=sorted(self.formed))

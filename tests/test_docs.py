@@ -51,6 +51,7 @@ def test_readme_opens_with_the_two_commands_and_stays_short():
                                                            ["bash", "tools/test.sh"]]
     assert "bash tools/test.sh" in (ROOT / ".ci" / "run").read_text()
     assert len(README.splitlines()) <= 300
+    assert len((ROOT / "ARCHITECTURE.md").read_text().splitlines()) <= 300
 
 
 def test_every_link_resolves():

@@ -123,7 +123,15 @@ def render_cli() -> str:
     return "\n".join(out)
 
 
-FILES = {"docs/reference/job-file.md": render, "docs/reference/command-line.md": render_cli}
+def render_wiring() -> str:
+    """ARCHITECTURE.md's table of the data flow, from config/wiring.py."""
+    from verl_zmq.config.wiring import table
+
+    return table()
+
+
+FILES = {"docs/reference/job-file.md": render, "docs/reference/command-line.md": render_cli,
+         "ARCHITECTURE.md": render_wiring}
 
 
 def between_markers(text: str) -> str:

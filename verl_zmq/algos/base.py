@@ -71,6 +71,19 @@ def adam(params: Iterable[torch.Tensor], lr: float, **kw: Any) -> Adam:
     return Adam(params, lr=lr, **kw)
 
 
+def resolve_device(name: str, key: str = "training.device") -> str:
+    """`training.device` (or `sampling.device`, `key`): "auto" is the first GPU this
+    process may see, else the CPU; a GPU asked for where torch sees none is a clear
+    error, not a traceback."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"{key} = {name!r}: torch sees no GPU in this process "
+                         "(a CPU build of torch, no device, or CUDA_VISIBLE_DEVICES empty); "
+                         "use \"auto\" or \"cpu\"")
+    return name
+
+
 @dataclass(frozen=True)
 class Progress:
     """Where training is when an update runs: env steps so far and their fraction

@@ -138,6 +138,10 @@ def _check_replay(job: Job, source: str) -> None:
 
 
 def _check_algorithm(job: Job, source: str) -> None:
+    if job.sampling.device != "cpu" and job.algorithm.policy.kind != "hf":
+        raise ConfigError(f"{source}: sampling.device = {job.sampling.device!r}: only samplers "
+                          "that generate with a Hugging Face model (algorithm.policy.kind = "
+                          "\"hf\") act on a GPU; env policies act on the CPU: leave it \"cpu\"")
     if job.sampling.inference == "numpy" and not job.traits.numpy_actor:
         raise ConfigError(f"{source}: sampling.inference: {job.algorithm.name} has no numpy "
                           f"policy; use \"auto\" or \"torch\"")

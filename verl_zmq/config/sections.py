@@ -73,6 +73,9 @@ class Sampling:
     torch_threads: int = 1  # torch threads per sampler (resources.sampler.cpu wins)
     # the policy copy: numpy for the built-in MLPs (no torch in samplers), or torch
     inference: Literal["auto", "numpy", "torch"] = "auto"
+    # where a torch policy copy acts: cpu, cuda (cuda:N) or auto; a GPU serves samplers
+    # that generate with a Hugging Face model (they see the host's GPUs, shared)
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)

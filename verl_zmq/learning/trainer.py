@@ -22,7 +22,7 @@ import torch
 
 from .. import wire
 from ..algos import make_algorithm
-from ..algos.base import GradReduce, Learned, Progress
+from ..algos.base import GradReduce, Learned, Progress, resolve_device
 from ..algos.optim import Adam
 from ..checkpoint import load as load_checkpoint
 from ..checkpoint import (
@@ -45,18 +45,6 @@ if TYPE_CHECKING:
     from .feed import Feed
 
 Hook = Callable[[], Awaitable[None]]
-
-
-def resolve_device(name: str) -> str:
-    """`training.device`: "auto" is the first GPU this process may see, else the CPU;
-    a GPU asked for where torch sees none is a clear error, not a traceback."""
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"training.device = {name!r}: torch sees no GPU in this process "
-                         "(a CPU build of torch, no device, or CUDA_VISIBLE_DEVICES empty); "
-                         "use \"auto\" or \"cpu\"")
-    return name
 
 
 class Trainer:
@@ -361,5 +349,7 @@ class Trainer:
             f"{r}/policy_version": self.state.version, f"{r}/learn_s": round(self.learn_s, 3)}
         if self.returns:
             out[f"{r}/episode_return_mean"] = round(self.mean_return(), 3)
+        if torch.device(self.device).type == "cuda":  # what the job's GPU must hold at most
+            out[f"{r}/gpu_mem_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
         out.update({k: round(float(v), 6) for k, v in self.last_metrics.items()})
         return out

@@ -252,19 +252,22 @@ def env_action_of(spec: EnvSpec, action: np.ndarray) -> np.ndarray:
 
 
 def make_actor(job: Any, spec: EnvSpec, worker: tuple[int, int], seeds: tuple[int, int],
-               threads: int | None = None) -> Actor:
+               threads: int | None = None, device: str = "cpu") -> Actor:
     """A sampler's (or the evaluator's) policy copy: numpy for the built-in MLPs
-    when the job allows it, else the torch algorithm on `threads` threads (the
-    sampler's by default), its initial weights from the job seed as the learner's."""
+    when the job allows it and it acts on the CPU, else the torch algorithm on
+    `device` with `threads` threads (the sampler's by default), its initial weights
+    from the job seed as the learner's."""
     torch_seed, acting_seed = seeds
-    if numpy_acting(job) and not spec.images:
+    if numpy_acting(job) and not spec.images and device == "cpu":
         return NumpyActor(job, spec, worker, acting_seed)
     import torch  # only roles that act with torch pay for importing it
 
     from ..algos import make_algorithm
+    from ..algos.base import resolve_device
 
     torch.set_num_threads(threads or job.resources.sampler.cpu or job.sampling.torch_threads)
     torch.manual_seed(job.experiment.seed)  # the learner's initial weights
-    algo = make_algorithm(job, spec, worker=worker, acting_seed=acting_seed)
+    algo = make_algorithm(job, spec, resolve_device(device, "sampling.device"), worker=worker,
+                          acting_seed=acting_seed)
     torch.manual_seed(torch_seed)  # after the weights: this sampler's own action noise
     return algo

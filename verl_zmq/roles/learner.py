@@ -26,7 +26,7 @@ import torch
 import zmq
 
 from .. import wire
-from ..algos.base import GradReduce
+from ..algos.base import GradReduce, resolve_device
 from ..comm.messaging import recv_frames
 from ..config.roles import EVALUATOR, LEARNER, REPLAY
 from ..config.wiring import DIST, REQUESTS
@@ -35,7 +35,7 @@ from ..learning.data_parallel import LearnerGroup, free_port
 from ..learning.feeds import make_feed
 from ..learning.links import ShardAddress
 from ..learning.state import LinkConfig
-from ..learning.trainer import Trainer, resolve_device
+from ..learning.trainer import Trainer
 from .base import Rates, Role, index_of, send
 from .service import EXIT_FAILED
 

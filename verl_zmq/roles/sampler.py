@@ -48,7 +48,8 @@ class SamplerRole(Role):
         torch_seed, np_seed = acting_seeds(self.job.experiment.seed, self.ctx.group,
                                            self.ctx.index)
         workers = self.job.sampling.num_workers
-        self.algo = make_actor(self.job, spec, (self.ctx.index, workers), (torch_seed, np_seed))
+        self.algo = make_actor(self.job, spec, (self.ctx.index, workers), (torch_seed, np_seed),
+                               device=self.job.sampling.device)
         self.collector = make_collector(self.job, self.algo, self.ctx.index, workers)
         seeds = self.collector.seeds
         self.log.info("sampler_seeds", torch_seed=torch_seed, numpy_seed=np_seed, env_seeds=seeds,

@@ -180,6 +180,8 @@ class GenerateCollector:
                "sampler/reward_errors": float(self.venv.reward_errors)}
         if self.gen_s > 0:
             out["sampler/tokens_per_s"] = round(self.tokens / self.gen_s, 1)
+        if self.algo.device.type == "cuda":
+            out["sampler/gpu_mem_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
         return out
 
     def regroup(self, index: int, count: int) -> None:

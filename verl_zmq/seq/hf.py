@@ -132,8 +132,10 @@ def response_logprobs(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tenso
     """log pi(response token | everything before it) [N, R] for left-padded prompts
     [N, P] and right-padded responses [N, R] (0 where `response_mask` is 0), in
     one forward pass; differentiable."""
-    ids = torch.cat([prompt, response], 1)
-    mask = torch.cat([prompt_mask, response_mask], 1)
+    dev = _device(model)  # the model's device (a learner's GPU); the result stays there
+    response_mask = response_mask.to(dev)
+    ids = torch.cat([prompt.to(dev), response.to(dev)], 1)
+    mask = torch.cat([prompt_mask.to(dev), response_mask], 1)
     positions = (mask.cumsum(1) - 1).clamp(min=0)
     P = prompt.shape[1]
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
@@ -174,9 +176,12 @@ def generate(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor, s: Sam
              eos: int, pad: int) -> Generated:
     """`s.n` responses to each left-padded prompt (rows of the same prompt together),
     with the model's KV cache, stopping at `eos` or `s.max_new_tokens`; the
-    log-probabilities come from the logits each step computed."""
+    log-probabilities come from the logits each step computed. Generated on the
+    model's device (a sampler's GPU); returned on the CPU, where it is shipped."""
     from transformers import GenerationConfig
 
+    dev = _device(model)
+    prompt, prompt_mask = prompt.to(dev), prompt_mask.to(dev)
     n = 1 if s.greedy else s.n
     gc = GenerationConfig(do_sample=not s.greedy, max_new_tokens=s.max_new_tokens,
                           pad_token_id=pad, eos_token_id=eos,
@@ -201,7 +206,12 @@ def generate(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor, s: Sam
         resp = torch.nn.functional.pad(resp, (0, extra), value=pad)
         mask = torch.nn.functional.pad(mask, (0, extra))
         logp = torch.nn.functional.pad(logp, (0, extra))
-    return Generated(resp, mask, (is_eos & mask.bool()[:, :is_eos.shape[1]]).any(1), logp)
+    ended = (is_eos & mask.bool()[:, :is_eos.shape[1]]).any(1)
+    return Generated(resp.cpu(), mask.cpu(), ended.cpu(), logp.cpu())
+
+
+def _device(model: Any) -> torch.device:
+    return next(model.parameters()).device
 
 
 def named_arrays(model: Any, adapters_only: bool) -> dict[str, Any]:

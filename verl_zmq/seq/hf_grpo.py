@@ -257,18 +257,18 @@ class HFGRPO(Algorithm[GRPOParams]):
         b = {**batch, "terminated": term, "truncated": trunc}
         ref = None
         if p.kl_coef > 0:
-            with torch.no_grad(), self._reference():
+            with torch.no_grad(), self._reference(), self.autocast():
                 net = self.ref if self.ref is not None else self.model
                 ref = response_logprobs(net, prompt, pmask, resp, rmask,
-                                        self.settings.temperature).numpy().T
+                                        self.settings.temperature).float().cpu().numpy().T
             b, stats["charts/kl_ref"] = kl_to_reference(b, ref, valid, self.kl_ctl, p.kl_in)
         est = self.advantage_fn(AdvantageInput(b, p, _no_values, ordinal, how,
                                                self.group_size, self.max_response))
         counted = how[:, 0] == 1  # one response per column: its first episode
         return _Batch(prompt, pmask, resp, rmask,
-                      old=torch.as_tensor(np.asarray(batch["logp"], np.float32).T.copy()),
-                      adv=torch.as_tensor(np.asarray(est.adv).T.copy()),
-                      ref=torch.as_tensor(ref.T.copy()) if ref is not None else None,
+                      old=self.to_device(np.asarray(batch["logp"], np.float32).T.copy()),
+                      adv=self.to_device(np.asarray(est.adv, np.float32).T.copy()),
+                      ref=self.to_device(ref.T.copy()) if ref is not None else None,
                       learn=(valid & counted[None]).T, counted=counted,
                       stats={**stats, **est.stats})
 
@@ -277,16 +277,18 @@ class HFGRPO(Algorithm[GRPOParams]):
         """One optimiser step on the responses `idx`; its statistics."""
         p = self.params
         low, high = p.clip_low, p.clip_high
-        m = torch.as_tensor(r.learn[idx])
-        new = self._logprobs(r.prompt[idx], r.pmask[idx], r.resp[idx], r.rmask[idx])
-        mb = {"seq": torch.as_tensor(idx)[:, None].expand_as(m)[m]}
-        new_f, old_f, adv_f = new[m], r.old[idx][m], r.adv[idx][m]
-        pg, ratio = self.policy_loss_fn(new_f, old_f, adv_f, low, high, p.clip_ratio_c)
-        loss = self.aggregate(pg, mb, self.horizon)
-        stats: dict[str, Any] = {"losses/policy_loss": loss.detach()}
-        if r.ref is not None and p.kl_in == "loss":
-            loss = loss + kl_loss(self.kl_fn, self.aggregate, self.kl_ctl, new_f,
-                                  r.ref[idx][m], mb, self.horizon, stats)
+        m = self.to_device(r.learn[idx])
+        at = torch.as_tensor(idx).to(self.device)
+        with self.autocast():  # forward pass and loss; backward and step in float32
+            new = self._logprobs(r.prompt[idx], r.pmask[idx], r.resp[idx], r.rmask[idx])
+            mb = {"seq": at[:, None].expand_as(m)[m]}
+            new_f, old_f, adv_f = new[m], r.old[at][m], r.adv[at][m]
+            pg, ratio = self.policy_loss_fn(new_f, old_f, adv_f, low, high, p.clip_ratio_c)
+            loss = self.aggregate(pg, mb, self.horizon)
+            stats: dict[str, Any] = {"losses/policy_loss": loss.detach()}
+            if r.ref is not None and p.kl_in == "loss":
+                loss = loss + kl_loss(self.kl_fn, self.aggregate, self.kl_ctl, new_f,
+                                      r.ref[at][m], mb, self.horizon, stats)
         stats["losses/grad_norm"] = optimiser_step(self.opt, loss, params, p.max_grad_norm)
         stats |= clip_stats(new_f, old_f, ratio, low, high, verl_names=True)
         return {k: float(v) for k, v in stats.items()}

@@ -14,6 +14,9 @@ A fragment is T steps of E envs in columns, NEXT_STEP autoreset layout:
 - recurrent policies: `rnn_state [E, S]`, each env's policy state before the
   first step, and `first [T, E]` (the step starts an episode: the state is
   zeroed before it), with `bootstrap_first [E]`;
+- a multi-agent policy's fragments: `agent [T, E]`, the index (in the env's
+  `possible_agents`) of the agent each step was taken by, -1 on a padding
+  step (no agent of this policy held that column then);
 - optional: `ep_return`, `ep_length` (episodes finished in it), `priority`
   (actor-side initial priorities), `rms_*` (observation moments).
 
@@ -37,6 +40,7 @@ BASE = ("action", "reward", "terminated", "truncated", "valid")  # and the obs c
 STEPWISE = ("action", "terminated", "truncated", "valid")  # [T, E, ...] beside reward
 STATE, FIRST = "rnn_state", "first"  # recurrent policies
 PROMPT = "prompt"  # prompt jobs: [E, max_prompt_length] token ids, left-padded
+AGENT = "agent"  # multi-agent policies: [T, E] the acting agent's index, -1: none
 DType = type | np.dtype[Any] | str
 
 
@@ -73,6 +77,7 @@ class Layout:
     extras: tuple[str, ...] = ()
     state_size: int = 0  # a recurrent policy's state per env (0: none)
     prompt_len: int = 0  # prompt jobs: each response's left-padded prompt (seq/prompts.py)
+    agents: tuple[int, ...] = ()  # a multi-agent policy's agents (their indices); ()=none
 
     @property
     def obs_columns(self) -> tuple[str, ...]:
@@ -125,7 +130,8 @@ class Layout:
                 *([(bootstrap(FIRST), flag, (E,)), (STATE, f32, (E, self.state_size))]
                   if rec else []),
                 *([(PROMPT, np.dtype(np.int64), (E, self.prompt_len))]
-                  if self.prompt_len else [])]
+                  if self.prompt_len else []),
+                *([(AGENT, np.dtype(np.int64), (T, E))] if self.agents else [])]
 
     def shapes(self, E: int) -> dict[str, tuple[int, ...]]:
         return {name: shape for name, _, shape in self.fields(E)}
@@ -168,6 +174,19 @@ class Layout:
         for k in ("reward", *self.extras, *((STATE,) if self.state_size else ())):
             if a[k].dtype.kind != "f" or not np.isfinite(a[k]).all():
                 return f"{k} is not finite floats"
+        return self._agent_problem(a) if self.agents else ""
+
+    def _agent_problem(self, a: Mapping[str, np.ndarray]) -> str:
+        """A multi-agent policy's `agent` column: its agents' indices, -1 on padding."""
+        who = np.asarray(a[AGENT])
+        if who.dtype.kind not in "iu":
+            return f"{AGENT} is not integers"
+        odd = np.setdiff1d(np.unique(who), np.array([-1, *self.agents]))
+        if odd.size:
+            return f"{AGENT} holds agents {odd[:4].tolist()} not mapped to this policy " \
+                   f"(its agents: {list(self.agents)})"
+        if (who[np.asarray(a["valid"], bool)] < 0).any():
+            return f"valid steps with no {AGENT}"
         return ""
 
     def _action_problem(self, act: np.ndarray) -> str:
@@ -221,4 +240,4 @@ def job_layout(job: Job, spec: EnvSpec) -> Layout:
     """The fragment layout of a job for its env (generated responses: with their
     prompts, `EnvSpec.prompt_len`)."""
     return Layout(spec, job.sampling.fragment_length, job.traits.extras,
-                  state_size(job.algorithm.policy), spec.prompt_len)
+                  state_size(job.algorithm.policy), spec.prompt_len, spec.agents)

@@ -60,9 +60,23 @@ class QNet(nn.Module):
         return out
 
 
+def legal_of(spec: EnvSpec, x: torch.Tensor) -> torch.Tensor | None:
+    """The legal actions [B, A] read from flat features (the mask leaf's slice; a
+    row with none legal: all), or None where the env has no mask."""
+    at = spec.mask_slice
+    if at is None:
+        return None
+    legal = x[:, at[0]:at[1]] > 0.5
+    return legal | ~legal.any(-1, keepdim=True)
+
+
 def double_dqn_target(q_next_online: torch.Tensor, q_next_target: torch.Tensor,
-                      reward: torch.Tensor, discount: torch.Tensor) -> torch.Tensor:
-    """r + discount * Q_target(s', argmax_a Q_online(s', a)); discount holds gamma^n or 0."""
+                      reward: torch.Tensor, discount: torch.Tensor,
+                      legal: torch.Tensor | None = None) -> torch.Tensor:
+    """r + discount * Q_target(s', argmax_a Q_online(s', a)), the argmax over the
+    actions legal in s' where the env masks them; discount holds gamma^n or 0."""
+    if legal is not None:
+        q_next_online = q_next_online.masked_fill(~legal, float("-inf"))
     best = q_next_online.argmax(-1, keepdim=True)
     out: torch.Tensor = reward + discount * q_next_target.gather(-1, best).squeeze(-1)
     return out
@@ -95,9 +109,12 @@ class DQN(Algorithm[DQNParams]):
         if self.spec.structured:  # the networks read the flat features
             obs = features(obs, self.spec.leaves)
         with torch.no_grad():
-            q = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
+            x = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+            q = self.q(x)
+            legal = legal_of(self.spec, x)
         return epsilon_greedy(q.cpu().numpy(), self.epsilon(env_steps),
-                              None if deterministic else self.rng)
+                              None if deterministic else self.rng,
+                              None if legal is None else legal.cpu().numpy())
 
     def finish_fragment(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Ape-X initial priorities from the Q-values recorded while acting."""
@@ -112,9 +129,10 @@ class DQN(Algorithm[DQNParams]):
              for k in ("obs", "action", "reward", "next_obs", "discount", "weight")}
         with self.autocast():
             with torch.no_grad():
-                target = double_dqn_target(self.q(t["next_obs"].float()),
-                                           self.target(t["next_obs"].float()),
-                                           t["reward"].float(), t["discount"].float()).float()
+                nxt = t["next_obs"].float()
+                target = double_dqn_target(self.q(nxt), self.target(nxt), t["reward"].float(),
+                                           t["discount"].float(),
+                                           legal_of(self.spec, nxt)).float()
             q = self.q(t["obs"].float()).gather(-1, t["action"].long()[:, None]).squeeze(-1)
             q = q.float()
             td = q - target

@@ -51,14 +51,25 @@ def apex_priorities(arrays: dict[str, np.ndarray], gamma: float, n_step: int) ->
     return prio
 
 
-def epsilon_greedy(q: np.ndarray, eps: float, rng: np.random.Generator | None
-                   ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def epsilon_greedy(q: np.ndarray, eps: float, rng: np.random.Generator | None,
+                   legal: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Greedy actions from Q-values [N, A], each replaced by a uniform one with
-    probability `eps` (no `rng`: greedy), and the extras DQN records (Ape-X)."""
+    probability `eps` (no `rng`: greedy), and the extras DQN records (Ape-X).
+    With `legal` [N, A] (an action mask) both the greedy and the uniform action
+    are legal ones, and `q_max` is over legal actions."""
+    if legal is not None:
+        legal = legal | ~legal.any(-1, keepdims=True)  # a row with none: all
+        q = np.where(legal, q, np.float32(-np.inf))
     a = q.argmax(-1)
     if rng is not None:
         explore = rng.random(len(a)) < eps
-        a = np.where(explore, rng.integers(0, q.shape[1], len(a)), a)
+        if legal is None:
+            other = rng.integers(0, q.shape[1], len(a))
+        else:  # uniform over each row's legal actions: inverse CDF of the counts
+            cum = legal.cumsum(-1)
+            pick = (rng.random(len(a)) * cum[:, -1]).astype(np.int64)
+            other = (cum <= pick[:, None]).sum(-1)
+        a = np.where(explore, other, a)
     return a.astype(np.int64), {"q_taken": q[np.arange(len(a)), a].astype(np.float32),
                                 "q_max": q.max(-1).astype(np.float32)}
 

@@ -13,6 +13,7 @@ from .algo_params import DAPOParams, DQNParams, GRPOParams, Params, PPOParams, S
 from .algorithms import ALGO_PARAMS, ALGORITHMS, NAMES, Row, Traits
 from .deployment import K8s, Launch, Resources, RoleResources, Security
 from .loading import apply_override, build_job, load_job, loads_job, parse_override
+from .multiagent import AgentPolicy, League, MultiAgent
 from .sections import (
     REQUIRED_SECTIONS,
     Algorithm,
@@ -33,6 +34,7 @@ from .sections import (
 from .writing import dumps_job, dumps_toml, job_to_dict, toml_value
 
 __all__ = [
+    "AgentPolicy", "League", "MultiAgent",
     "ALGO_PARAMS", "ALGORITHMS", "NAMES", "Params", "Row", "Traits", "REQUIRED_SECTIONS",
     "Algorithm", "BehaviourCloning", "Checkpoint", "ConfigError", "DAPOParams", "DQNParams",
     "Environment", "Evaluation", "Experiment", "GRPOParams", "Gossip", "Job", "K8s", "Launch",

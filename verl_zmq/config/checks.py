@@ -50,6 +50,25 @@ def check_semantics(job: Job, source: str) -> None:
     _check_replay(job, source)
     _check_algorithm(job, source)
     _check_resources(job, source)
+    _check_multiagent(job, source)
+
+
+def _check_multiagent(job: Job, source: str) -> None:
+    from .multiagent import multiagent_problems
+
+    ma = job.multiagent
+    problems = multiagent_problems(ma)
+    own = {f.name for f in dataclasses.fields(job.algorithm.params)}
+    for name, pol in ma.policies.items():
+        odd = [k for k in pol.params if k not in own]
+        if odd:
+            problems.append(f"multiagent.policies.{name}.params: {', '.join(odd)} are not "
+                            f"{job.algorithm.name}'s [algorithm.params] keys")
+    if len(ma.trained) > 1 and (job.training.num_learners > 1 or job.traits.decentralised):
+        problems.append("multiagent: several trained policies each have a learner of their "
+                        "own; training.num_learners and decentralised algorithms take one")
+    if problems:
+        raise ConfigError(f"{source}: {problems[0]}")
 
 
 def _check_wrappers(job: Job, source: str) -> None:

@@ -230,6 +230,10 @@ def _convert(value: Any, tp: Any, key: str, source: str) -> Any:  # noqa: C901 -
     if tp is dict or origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {key}: expected a table, got {_tname(value)}")
+        args = typing.get_args(tp)
+        if len(args) == 2 and dataclasses.is_dataclass(args[1]):  # a table of tables
+            return {k: _build_dataclass(args[1], v, f"{key}.{k}.", source)
+                    for k, v in value.items()}
         return dict(value)
     if tp is bool:
         if not isinstance(value, bool):

@@ -22,7 +22,9 @@ class RoleSpec:
 def default_specs(job: Job) -> list[RoleSpec]:
     """Every role of a job, registry first, then learners (or peers), shards,
     evaluators and samplers. DAPO: one group per peer, each with its own shard
-    and `sampling.num_workers` samplers."""
+    and `sampling.num_workers` samplers. Several trained policies of a multi-agent
+    job: a group per policy, its learner and shards; samplers and evaluators in
+    the first one's (they serve every policy)."""
     L = job.launch
     specs = [RoleSpec(REGISTRY, REGISTRY)]
     if job.traits.decentralised:
@@ -33,6 +35,18 @@ def default_specs(job: Job) -> list[RoleSpec]:
         per = job.sampling.num_workers
         specs += [RoleSpec(SAMPLER, f"sampler-{p * per + i}", f"peer{p}")
                   for p in range(n) for i in range(per)]
+        return specs
+    trained = job.multiagent.trained
+    if len(trained) > 1:  # several trained policies: a learner and shards each
+        first = job.multiagent.group_of(trained[0])
+        specs += [RoleSpec(LEARNER, f"learner-{i}", job.multiagent.group_of(p))
+                  for i, p in enumerate(trained)]
+        specs += [RoleSpec(REPLAY, f"replay-{i * L.replay_shards + j}",
+                           job.multiagent.group_of(p))
+                  for i, p in enumerate(trained) for j in range(L.replay_shards)]
+        specs += [RoleSpec(EVALUATOR, f"evaluator-{i}", first) for i in range(L.evaluators)]
+        specs += [RoleSpec(SAMPLER, f"sampler-{i}", first)
+                  for i in range(job.sampling.num_workers)]
         return specs
     learners = max(L.learners, job.training.num_learners)  # one group of data-parallel ranks
     specs += [RoleSpec(LEARNER, f"learner-{i}") for i in range(learners)]

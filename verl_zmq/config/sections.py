@@ -10,6 +10,7 @@ from typing import Any, Literal
 from .algo_params import Params, PPOParams
 from .algorithms import Traits, traits
 from .deployment import Launch, Resources, Security
+from .multiagent import MultiAgent
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -283,6 +284,7 @@ class Job:
     security: Security = field(default_factory=Security)
     launch: Launch = field(default_factory=Launch)
     resources: Resources = field(default_factory=Resources)
+    multiagent: MultiAgent = field(default_factory=MultiAgent)
 
     @property
     def registry_port(self) -> int:
@@ -323,6 +325,15 @@ class Job:
         prefetch = 0 if self.traits.on_policy else self.training.prefetch
         return r(self, algorithm=r(self.algorithm, params=params),
                  training=r(self.training, prefetch=prefetch))
+
+    def policy_view(self, policy: str) -> Job:
+        """What one policy of a multi-agent job trains with: `algorithm.params` with
+        the keys its `[multiagent.policies.NAME.params]` changes."""
+        own = self.multiagent.policy(policy).params
+        if not own:
+            return self
+        r = dataclasses.replace
+        return r(self, algorithm=r(self.algorithm, params=r(self.algorithm.params, **own)))
 
     def peer_view(self) -> Job:
         """What one gossip peer, its samplers and the evaluator run: with

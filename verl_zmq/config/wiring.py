@@ -9,7 +9,7 @@ Torch-free and zmq-free: patterns are named, not imported."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -51,12 +51,14 @@ class Edge:
         """Where member `m` binds this edge's endpoint ("" where it does not)."""
         return m.endpoints.get(self.endpoint, "")
 
-    def targets(self, members: Iterable[Announced], group: str,
+    def targets(self, members: Iterable[Announced], group: str | Collection[str],
                 decentralised: bool = False) -> dict[str, str]:
-        """{member id: endpoint} of the members this edge reaches from `group`."""
+        """{member id: endpoint} of the members this edge reaches from `group` (or
+        from each of several: a multi-agent sampler's, one per trained policy)."""
         wide = self.scope == "job" or (self.scope == "group+" and decentralised)
+        groups = {group} if isinstance(group, str) else set(group)
         return {m.id: ep for m in members if m.role in self.binders
-                and (wide or m.group == group) and (ep := self.endpoint_of(m))}
+                and (wide or m.group in groups) and (ep := self.endpoint_of(m))}
 
 
 FRAGMENTS = Edge("fragments", (SAMPLER,), "fragments", "PUSH", 2, "group",

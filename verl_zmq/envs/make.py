@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from .. import plugins
-from ..config import Environment
+from ..config import Environment, Job
 from ..importing import IMPORTABLE, load_object
 from . import tasks  # noqa: F401  (registers its env ids)
 from .contract import under_wrappers
@@ -236,3 +236,19 @@ def env_spec(cfg: Environment) -> EnvSpec:
         return spec_of(env.observation_space, env.action_space, cfg.id)
     finally:
         env.close()
+
+
+def job_spec(job: Job, group: str = "main") -> tuple[Job, EnvSpec, str]:
+    """What a role of `group` works with: the job and its env's spaces, or in a
+    multi-agent job (a PettingZoo env) the job as its group's policy trains it
+    (`Job.policy_view`), that policy's spaces, and its name ("" for one agent)."""
+    from .agents import AgentEnvError, is_multiagent, policy_spec
+
+    try:
+        if not is_multiagent(job.environment):
+            return job, env_spec(job.environment), ""
+        policy = job.multiagent.policy_of_group(group)
+        return job.policy_view(policy), policy_spec(job.environment, job.multiagent,
+                                                    policy), policy
+    except AgentEnvError as e:
+        raise EnvError(str(e)) from None

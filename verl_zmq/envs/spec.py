@@ -28,10 +28,37 @@ class EnvSpec:
     # responses a family generates from prompts (no env): the tokens of each one's
     # left-padded prompt, a column of the fragment (`batch.Layout`); 0 for envs
     prompt_len: int = 0
+    # a leaf (its column) of legal actions, 1 where legal, as wide as the logits:
+    # the policy's logits are masked with it wherever it acts or is scored
+    mask: str = ""
+    # leaves (columns) the value function reads and the policy does not: a
+    # centralised critic's state, the last leaves of the observation
+    critic_only: tuple[str, ...] = ()
+    # a multi-agent policy: the indices (in the env's `possible_agents`) of the
+    # agents that may act for it; () for a single-agent env
+    agents: tuple[int, ...] = ()
 
     @property
     def leaves(self) -> tuple[Leaf, ...]:
         return self.obs or (Leaf((), "box", self.obs_shape),)
+
+    @property
+    def actor_width(self) -> int:
+        """Features the policy reads: all but the critic-only leaves (last)."""
+        if not self.critic_only:
+            return int(self.obs_shape[0]) if self.structured else 0
+        return sum(leaf.width for leaf in self.leaves if leaf.column not in self.critic_only)
+
+    @property
+    def mask_slice(self) -> tuple[int, int] | None:
+        """Where the action mask lies in the flat features (what off-policy batches
+        and DQN's networks read), or None without one."""
+        at = 0
+        for leaf in self.leaves:
+            if leaf.column == self.mask:
+                return at, at + leaf.width
+            at += leaf.width
+        return None
 
     @property
     def structured(self) -> bool:

@@ -54,11 +54,16 @@ def check_job(job: Job, networks: bool = True, probe_steps: int | None = None) -
     `contract.PROBE_STEPS`, within `contract.PROBE_S`; 0: not at all): an env
     outside gymnasium's API, or one that raises, is found here."""
     from ..algos.traits import fit_problem
+    from ..envs.agents import AgentEnvError, is_multiagent
     from ..envs.make import EnvError, env_spec, make_vector_env, native_vector_env
 
     try:
+        if is_multiagent(job.environment):
+            from .agent_checks import agent_job_problems
+
+            return agent_job_problems(job, networks, probe_steps)
         spec = env_spec(job.environment)
-    except EnvError as e:
+    except (EnvError, AgentEnvError) as e:
         return [str(e)]
     why = fit_problem(job, spec.kind, bool(spec.images))
     problems: list[str] = [why] if why else []

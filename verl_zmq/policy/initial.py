@@ -85,7 +85,8 @@ def initial_policy_arrays(job: Any, spec: EnvSpec) -> Arrays:
             out["log_std"] = np.full(spec.n_actions, pol.log_std_init, np.float32)
         return out
     if kind == "pg":
-        out = {**mlp_arrays(rng, "pi", n, hidden, spec.n_actions, 0.01),
+        actor = spec.actor_width if spec.critic_only else n  # the critic's state: v alone
+        out = {**mlp_arrays(rng, "pi", actor, hidden, spec.n_actions, 0.01),
                **mlp_arrays(rng, "v", n, hidden, 1, 1.0)}
         if spec.continuous:
             out["log_std"] = np.full(spec.n_actions, pol.log_std_init, np.float32)

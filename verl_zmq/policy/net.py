@@ -55,11 +55,23 @@ class PolicyNet(nn.Module):
     nvec: tuple[int, ...] = ()
     log_std: nn.Parameter
     recurrent: bool = False
+    mask: str = ""  # the observation's column of legal actions (EnvSpec.mask)
 
     def set_actions(self, spec: object) -> None:
         self.kind = spec.kind  # type: ignore[attr-defined]
         self.nvec = spec.nvec  # type: ignore[attr-defined]
+        self.mask = getattr(spec, "mask", "")
         self.discrete = self.kind == "discrete"
+
+    def masked(self, out: torch.Tensor, obs: Any) -> torch.Tensor:
+        """Logits with the actions the observation's mask forbids pushed to -1e9
+        (the probability of each is then 0 in float32 and bfloat16); a row with no
+        legal action is left as it is."""
+        if not self.mask or not isinstance(obs, dict) or self.mask not in obs:
+            return out
+        legal = obs[self.mask] > 0.5
+        legal = legal | ~legal.any(-1, keepdim=True)
+        return out.masked_fill(~legal, -1e9)
 
     @property
     def action_kind(self) -> str:

@@ -30,7 +30,10 @@ class ActorCritic(PolicyNet):
         self.set_actions(spec)
         self.features = ObsEncoder(spec, policy)
         n = self.features.units
-        self.pi = mlp(n, policy.hidden_sizes, spec.n_actions, policy.activation, 0.01)
+        # a centralised critic's state (the last leaves) is read by the value alone
+        self.actor_units = spec.actor_width if spec.critic_only else n
+        self.pi = mlp(self.actor_units, policy.hidden_sizes, spec.n_actions, policy.activation,
+                      0.01)
         self.v = mlp(n, policy.hidden_sizes, 1, policy.activation, 1.0)
         if spec.continuous:
             self.log_std = nn.Parameter(torch.full((spec.n_actions,), policy.log_std_init))
@@ -53,7 +56,11 @@ class ActorCritic(PolicyNet):
              ) -> torch.distributions.Distribution:
         """The policy at each observation (`seq`, the episode of each, and `acting`
         are for sequence models: see `seq/model.py`)."""
-        return self.make_dist(self.pi(self._features(obs)))
+        return self.make_dist(self.masked(self._head(self._features(obs)), obs))
+
+    def _head(self, h: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.pi(h[:, :self.actor_units])
+        return out
 
     def value(self, obs: torch.Tensor, seq: torch.Tensor | None = None,
               acting: bool = False) -> torch.Tensor:
@@ -61,8 +68,7 @@ class ActorCritic(PolicyNet):
         return out
 
     def head_out(self, obs: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.pi(self.features(obs))
-        return out
+        return self.masked(self._head(self.features(obs)), obs)
 
 
 

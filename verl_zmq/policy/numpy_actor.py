@@ -108,6 +108,7 @@ class NumpyActor:
                              f"use \"torch\" or \"auto\"")
         self.params = job.algorithm.params
         self.policy = job.algorithm.policy
+        self.legal: np.ndarray | None = None  # the last observation's legal actions
         self.extras = job.traits.extras
         self.worker_index, self.num_workers = worker
         self.rng = np.random.default_rng(job.experiment.seed if acting_seed is None
@@ -129,7 +130,9 @@ class NumpyActor:
         need = {"pg": "enc.0.weight" if self.recurrent else "pi.0.weight",
                 "squashed": "net.0.weight",
                 "q": "trunk.0.weight" if self.policy.dueling else "q.0.weight"}[self.kind]
-        if need not in own or own[need].shape[1] != int(np.prod(self.spec.obs_shape)):
+        width = self.spec.actor_width if self.spec.critic_only else \
+            int(np.prod(self.spec.obs_shape))
+        if need not in own or own[need].shape[1] != width:
             raise ValueError(f"params lack {need} for {self.spec.obs_shape} observations")
         self.arrays = own
 
@@ -141,6 +144,8 @@ class NumpyActor:
             x = features(obs, self.spec.leaves)
         else:
             x = np.asarray(obs, np.float32).reshape(len(obs), -1)
+        # legal actions where the env says them (1: legal)
+        self.legal = np.asarray(obs[self.spec.mask]) > 0 if self.spec.mask else None
         if self.kind == "pg":
             return self._act_pg(x, deterministic, state)
         if self.kind == "q":
@@ -148,7 +153,13 @@ class NumpyActor:
         return self._act_sac(x, deterministic, env_steps)
 
     def value(self, x: np.ndarray) -> np.ndarray:
+        """The value of each row of features (all of them: a centralised critic's
+        state too)."""
         return mlp(self.arrays, "v", x, self.policy.activation)[:, 0]
+
+    def actor_features(self, x: np.ndarray) -> np.ndarray:
+        """What the policy head reads: the features less the critic-only leaves."""
+        return x[:, :self.spec.actor_width] if self.spec.critic_only else x
 
     def _recurrent(self, x: np.ndarray, state: State | None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -168,7 +179,10 @@ class NumpyActor:
         if self.recurrent:
             out, value, nxt = self._recurrent(x, state)
         else:
-            out, value = mlp(self.arrays, "pi", x, self.policy.activation), self.value(x)
+            out, value = mlp(self.arrays, "pi", self.actor_features(x),
+                             self.policy.activation), self.value(x)
+        if self.legal is not None:
+            out = masked(out, self.legal)
         kind = self.spec.kind
         if kind == "discrete":
             a, logp = self._categorical(out, deterministic)
@@ -220,7 +234,7 @@ class NumpyActor:
 
     def _act_q(self, x: np.ndarray, deterministic: bool, env_steps: int) -> Acted:
         return epsilon_greedy(self.q_values(x), self.epsilon(env_steps),
-                              None if deterministic else self.rng)
+                              None if deterministic else self.rng, self.legal)
 
     def _act_sac(self, x: np.ndarray, deterministic: bool, env_steps: int) -> Acted:
         n = self.spec.n_actions
@@ -244,6 +258,14 @@ class NumpyActor:
         if self.kind != "q":
             return {}
         return {"priority": apex_priorities(arrays, self.params.gamma, self.params.n_step)}
+
+
+def masked(logits: np.ndarray, legal: np.ndarray) -> np.ndarray:
+    """Logits with illegal actions at -inf-like (a row with no legal action is
+    left as it is: the env's mask is wrong there, not the policy)."""
+    none = ~legal.any(-1, keepdims=True)
+    out: np.ndarray = np.where(legal | none, logits, np.float32(-1e9)).astype(np.float32)
+    return out
 
 
 def env_action_of(spec: EnvSpec, action: np.ndarray) -> np.ndarray:

@@ -67,7 +67,19 @@ class EvaluatorRole(Role):
 
         LearnerRole.preload()  # it builds the job's algorithm to act with
 
-    async def setup(self) -> None:
+    def __new__(cls, ctx: Any) -> EvaluatorRole:
+        """A multi-agent env's evaluator where the job's env is a PettingZoo one."""
+        if cls is EvaluatorRole:
+            from ..envs.agents import is_multiagent
+
+            if is_multiagent(ctx.job.environment):
+                from .evaluator_agents import MultiAgentEvaluator
+
+                return super().__new__(MultiAgentEvaluator)
+        return super().__new__(cls)
+
+    async def _acting(self) -> None:
+        """The policy copy it evaluates with (`algo`), its spaces and obs statistics."""
         self.spec = env_spec(self.job.environment)
         # acting in numpy where samplers do: no torch import (seconds of a core) at
         # the job's start beside the learner's; torch is only needed to write best.pt
@@ -79,6 +91,9 @@ class EvaluatorRole(Role):
                       else "torch")
         self.rms = obs_norm(self.spec) if self.job.environment.normalize_obs \
             else None
+
+    async def setup(self) -> None:
+        await self._acting()
         self.sub = self.ctx.transport.connect_edge(EVALUATOR_PARAMS)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.learners: dict[str, str] = {}
@@ -226,9 +241,8 @@ class EvaluatorRole(Role):
         if not self._load(msg):
             return None
         self.infos = {}
-        rets = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
-                                       E.n_eval_episodes, E.seed, E.deterministic,
-                                       self.video_dir, f"eval-{msg.env_steps}", self.infos,
+        rets = await asyncio.to_thread(self._play, E.n_eval_episodes, E.seed, self.video_dir,
+                                       f"eval-{msg.env_steps}", self.infos,
                                        self._progress("evaluation", msg))
         if fp:
             _put(self.results, fp, (rets, self.infos), HISTORY)
@@ -251,6 +265,25 @@ class EvaluatorRole(Role):
                 env_steps=msg.env_steps, member=msg.src))
 
         return report
+
+    def _play(self, episodes: int, seed: int, video_dir: str, prefix: str,
+              infos: dict[str, list[float]] | None,
+              progress: Callable[[int, int], None] | None) -> np.ndarray:
+        """Run `episodes` episodes (seeded from `seed`) with the params loaded; their
+        returns. Called in a worker thread."""
+        return evaluate(self.algo, self.job, self.rms, episodes, seed,
+                        self.job.evaluation.deterministic, video_dir, prefix, infos, progress)
+
+    def _score(self, rets: np.ndarray) -> float:
+        """What an evaluation is ranked by (best.pt, the stop target): the mean return."""
+        return float(rets.mean())
+
+    def _best_path(self, msg: wire.Params) -> Path:
+        return Path(self.ctx.run_dir) / "checkpoints" / "best.pt"
+
+    def _extra(self) -> dict[str, float]:
+        """Metrics of an evaluation beside the returns' (a multi-agent one's)."""
+        return {}
 
     def _load(self, msg: wire.Params) -> bool:
         """Load these params (and observation statistics) to act; False, counted,
@@ -277,11 +310,10 @@ class EvaluatorRole(Role):
             return self.checked[fp], confirm_episodes(self.job)
         if not E.confirm_best or not self._load(msg):
             return mean, episodes
-        again = await asyncio.to_thread(evaluate, self.algo, self.job, self.rms,
-                                        confirm_episodes(self.job),
-                                        E.seed + CONFIRM_SEEDS, E.deterministic, "", "eval",
-                                        None, self._progress("confirmation", msg))
-        score = float(again.mean())
+        again = await asyncio.to_thread(self._play, confirm_episodes(self.job),
+                                        E.seed + CONFIRM_SEEDS, "", "eval", None,
+                                        self._progress("confirmation", msg))
+        score = self._score(again)
         self.log.info("best_checked", env_steps=msg.env_steps, version=msg.version,
                       member=msg.src, first=mean, second=score, episodes=len(again),
                       kept=score > self.best, previous_best=self.best)
@@ -295,7 +327,7 @@ class EvaluatorRole(Role):
         newest when None); True when every trainer has reached the target."""
         self.credited[msg.src] = msg.version
         self.next_at[msg.src] = (msg.env_steps // E.interval_steps + 1) * E.interval_steps
-        reached = E.stop_at_return is not None and rets.mean() >= E.stop_at_return
+        reached = E.stop_at_return is not None and self._score(rets) >= E.stop_at_return
         if reached:
             self.reached.add(msg.src)
         ends = reached and self._all_reached()
@@ -306,7 +338,7 @@ class EvaluatorRole(Role):
                            confirm=not ends)
         if not reached:
             return False
-        self.log.info("target_reached", **{"eval/return_mean": float(rets.mean())},
+        self.log.info("target_reached", **{"eval/return_mean": self._score(rets)},
                       target=E.stop_at_return, env_steps=msg.env_steps, member=msg.src,
                       reached=len(self.reached), trainers=len(self.trainers))
         if ends:
@@ -322,7 +354,8 @@ class EvaluatorRole(Role):
                      "eval/return_min": float(rets.min()), "eval/return_max": float(rets.max()),
                      **means(self.infos, "eval/"),  # logging.info_keys (is_success)
                      # prompt jobs: verl's val-core/<data_source>/acc/mean@N beside
-                     **getattr(self.algo, "val_metrics", {})}
+                     **getattr(self.algo, "val_metrics", {}), **self._extra()}
+        mean = self._score(rets)
         best = mean > self.best
         self.log.info("evaluated", env_steps=msg.env_steps, version=msg.version,
                       params_version=held,
@@ -342,7 +375,8 @@ class EvaluatorRole(Role):
             policy = {k: v for k, v in msg.arrays.items() if not k.startswith("obs_rms/")}
             rms = self.rms.to_arrays() if self.rms is not None else None
             meta = dict(env_steps=msg.env_steps, version=msg.version, eval_return_mean=mean)
-            self._keep_best((dumps_job(self.job), self.job.algorithm.name, policy, rms, meta))
+            self._keep_best((self._best_path(msg), dumps_job(self.job), self.job.algorithm.name,
+                             policy, rms, meta))
 
     def _keep_best(self, what: tuple[Any, ...]) -> None:
         """Write best.pt behind the evaluations: the newest best waiting is written
@@ -354,9 +388,8 @@ class EvaluatorRole(Role):
             self.best_writer = asyncio.create_task(self._write_bests())
 
     async def _write_bests(self) -> None:
-        path = Path(self.ctx.run_dir) / "checkpoints" / "best.pt"
         while self.best_next is not None:
-            what, self.best_next = self.best_next, None
+            (path, *what), self.best_next = self.best_next, None
             try:
                 await asyncio.to_thread(_write_best, path, *what)
             except OSError as e:

@@ -30,7 +30,7 @@ from ..algos.base import GradReduce, resolve_device
 from ..comm.messaging import recv_frames
 from ..config.roles import EVALUATOR, LEARNER, REPLAY
 from ..config.wiring import DIST, REQUESTS
-from ..envs.make import env_spec
+from ..envs.make import job_spec
 from ..learning.data_parallel import LearnerGroup, free_port
 from ..learning.feeds import make_feed
 from ..learning.links import ShardAddress
@@ -50,11 +50,12 @@ class LearnerRole(Role):
     data_parallel: ClassVar[bool] = True  # forms a group of ranks (training.num_learners)
 
     async def setup(self) -> None:
-        job = self.job = self.job.learner_view()  # one rank's share (num_learners)
+        # one rank's share (num_learners); a multi-agent job's: its policy's
+        job, self.spec, self.policy = job_spec(self.job.learner_view(), self.ctx.group)
+        self.job = job
         torch.set_num_threads(getattr(job.resources, self.name).cpu or job.training.torch_threads)
         torch.manual_seed(job.experiment.seed)  # the samplers build the same initial net
         np.random.seed(job.experiment.seed)
-        self.spec = env_spec(job.environment)
         T = job.training
         self.group = None
         if T.num_learners > 1 and self.data_parallel:
@@ -99,7 +100,10 @@ class LearnerRole(Role):
             algorithm_class(name)
 
     def checkpoint_dir(self) -> Path:
-        return Path(self.ctx.run_dir) / "checkpoints"
+        """checkpoints/, or a multi-agent job's checkpoints/<policy>/ where several
+        policies train (each its own learner)."""
+        base = Path(self.ctx.run_dir) / "checkpoints"
+        return base / self.policy if len(self.job.multiagent.trained) > 1 else base
 
     @property
     def primary(self) -> bool:

@@ -21,7 +21,7 @@ import zmq
 from .. import wire
 from ..batch import job_layout
 from ..config.roles import REPLAY
-from ..envs.make import env_spec
+from ..envs.make import job_spec
 from ..log import write_failed
 from ..replay import snapshot
 from ..replay.store import RejectedFragment
@@ -42,7 +42,8 @@ class ReplayRole(Role):
 
     async def setup(self) -> None:
         t = self.ctx.transport
-        self.layout = job_layout(self.job, env_spec(self.job.environment))
+        job, spec, self.policy = job_spec(self.job, self.ctx.group)  # a multi-agent job's policy
+        self.layout = job_layout(job, spec)
         self.pull, pull_ep = t.bind(zmq.PULL, "fragments", hwm=2, kernel_buffer=self.layout
                                     .queue_bytes(self.job.sampling.num_envs_per_worker))
         self.router, req_ep = t.bind(zmq.ROUTER, "requests", hwm=1000)
@@ -73,6 +74,8 @@ class ReplayRole(Role):
         if msg is None:
             return None
         why = self.layout.problem(msg.arrays)
+        if not why and msg.policy != self.policy:
+            why = f"policy {msg.policy!r}, this shard holds {self.policy or 'no policy'!r}'s"
         if why:
             self.reject_fragment(msg, why)
             return None

@@ -213,6 +213,9 @@ class Fragment(Message):
     KIND: ClassVar[Kind] = Kind.FRAGMENT
     version: int = 0
     arrays: Arrays = field(default_factory=dict)
+    # a multi-agent job: the policy whose agents took these steps (its shard checks
+    # it is its own); "" in a single-agent job
+    policy: str = ""
 
 
 @dataclass(kw_only=True)

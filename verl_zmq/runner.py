@@ -221,7 +221,7 @@ def run_role_process(job: Job, spec: RoleSpec, registry: str, bind: str, run_dir
         return 2
 
     try:
-        cls = role_class(spec.role)  # torch alone needs ~1 GB of address space
+        cls = role_class(spec.role, job)  # torch alone needs ~1 GB of address space
     except (MemoryError, ImportError, OSError) as e:
         if isinstance(e, MemoryError) or (res is not None and res.memory and out_of_memory(e)):
             return over_limit(e)
@@ -297,7 +297,7 @@ def run_inproc(job: Job, run_dir: Path, log_stream: IO[str] | None = None) -> in
                               incarnation=inc, registry="inproc://registry", run_dir=run_dir,
                               host="inproc", transport=t, log=log,
                               extra={"watchdog": False})  # os._exit would end every role
-            roles.append(role_class(spec.role)(ctx))
+            roles.append(role_class(spec.role, job)(ctx))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, _stop_all, roles)

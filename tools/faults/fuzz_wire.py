@@ -24,12 +24,14 @@ import time
 from pathlib import Path
 
 import msgpack
+import numpy as np
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
 from tools.harness import ROOT, events, rss_mb, start, stop  # noqa: E402  # noqa: E402
 from verl_zmq import wire  # noqa: E402
 from verl_zmq.wire.samples import (  # noqa: E402
+    cartpole_fragment,
     mutate,
     samples,
     schema_mismatches,
@@ -52,6 +54,11 @@ def cases(rng: random.Random):
     # plain observation belongs, dtypes, shapes): decoded, then refused by the shard
     schema = [[bytes(f) for f in wire.encode(wire.Fragment(version=1, arrays=a))]
               for a in schema_mismatches()]
+    # and a well-formed fragment of a policy this job does not have (a multi-agent
+    # job's name, with its agent column): the shard's policy check drops it
+    schema.append([bytes(f) for f in wire.encode(wire.Fragment(
+        version=1, policy="intruder",
+        arrays={**cartpole_fragment(16, 2), "agent": np.zeros((16, 2), np.int64)}))])
     while True:
         r = rng.randrange(11)
         base = rng.choice(seeds)

@@ -228,13 +228,7 @@ def _convert(value: Any, tp: Any, key: str, source: str) -> Any:  # noqa: C901 -
         (item,) = typing.get_args(tp)
         return [_convert(v, item, f"{key}[{i}]", source) for i, v in enumerate(value)]
     if tp is dict or origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {key}: expected a table, got {_tname(value)}")
-        args = typing.get_args(tp)
-        if len(args) == 2 and dataclasses.is_dataclass(args[1]):  # a table of tables
-            return {k: _build_dataclass(args[1], v, f"{key}.{k}.", source)
-                    for k, v in value.items()}
-        return dict(value)
+        return _table(value, tp, key, source)
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(f"{source}: {key}: expected true or false, got {_tname(value)}")
@@ -257,6 +251,17 @@ def _convert(value: Any, tp: Any, key: str, source: str) -> Any:  # noqa: C901 -
     if tp is Any:
         return value
     raise ConfigError(f"{source}: {key}: unsupported type {tp}")  # pragma: no cover
+
+
+def _table(value: Any, tp: Any, key: str, source: str) -> dict[str, Any]:
+    """A table; of tables where its values are a dataclass (`dict[str, Section]`)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: {key}: expected a table, got {_tname(value)}")
+    args = typing.get_args(tp)
+    if len(args) == 2 and dataclasses.is_dataclass(args[1]):
+        return {k: _build_dataclass(args[1], v, f"{key}.{k}.", source)
+                for k, v in value.items()}
+    return dict(value)
 
 
 def _not_an_object(value: Any, key: str, source: str) -> None:

@@ -21,6 +21,8 @@ class AgentPolicy:
     fixed: str = ""
     # [algorithm.params] keys that differ for this policy (its learner's)
     params: dict[str, Any] = field(default_factory=dict)
+    # its learner's budget in its agents' steps; 0: training.total_timesteps
+    total_timesteps: int = 0
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,10 @@ class League:
     # win_rate: those the policy beats least are met most (prioritised fictitious play)
     sampling: Literal["uniform", "win_rate"] = "uniform"
     latest: float = 0.2  # chance an episode's opponent is the latest params, not a snapshot
+    # fixed opponents met besides (a fixed policy's name, "random", a scripted
+    # module:fn), in `opponent_share` of the games: what self-play alone never shows
+    opponents: list[str] = field(default_factory=list)
+    opponent_share: float = 0.1  # the share of games against `opponents`
 
 
 @dataclass(frozen=True)
@@ -117,8 +123,11 @@ def multiagent_problems(ma: MultiAgent) -> list[str]:
                        f"a trained policy has no `fixed`")
     if not ma.trained:
         out.append("multiagent: no policy trains; leave `fixed` off one of them")
-    if ma.league.snapshot_every < 0 or ma.league.size < 1 or not 0 <= ma.league.latest <= 1:
-        out.append("multiagent.league: snapshot_every >= 0, size >= 1 and 0 <= latest <= 1")
+    lg = ma.league
+    if lg.snapshot_every < 0 or lg.size < 1 or not 0 <= lg.latest <= 1 \
+            or not 0 <= lg.opponent_share <= 1:
+        out.append("multiagent.league: snapshot_every >= 0, size >= 1, 0 <= latest <= 1 "
+                   "and 0 <= opponent_share <= 1")
     if ma.games < 1:
         out.append("multiagent.games: at least 1")
     return out

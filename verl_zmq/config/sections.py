@@ -328,12 +328,15 @@ class Job:
 
     def policy_view(self, policy: str) -> Job:
         """What one policy of a multi-agent job trains with: `algorithm.params` with
-        the keys its `[multiagent.policies.NAME.params]` changes."""
-        own = self.multiagent.policy(policy).params
-        if not own:
-            return self
+        the keys its `[multiagent.policies.NAME.params]` changes, and its budget."""
+        pol = self.multiagent.policy(policy)
         r = dataclasses.replace
-        return r(self, algorithm=r(self.algorithm, params=r(self.algorithm.params, **own)))
+        job = self
+        if pol.params:
+            job = r(job, algorithm=r(job.algorithm, params=r(job.algorithm.params, **pol.params)))
+        if pol.total_timesteps:
+            job = r(job, training=r(job.training, total_timesteps=pol.total_timesteps))
+        return job
 
     def peer_view(self) -> Job:
         """What one gossip peer, its samplers and the evaluator run: with

@@ -20,6 +20,7 @@ Numpy only (and the env's own imports).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,10 +32,10 @@ import numpy as np
 from ..config import Environment
 from ..config.multiagent import MultiAgent
 from ..importing import load_object
-from .spaces import Leaf, SpaceError, action_space, obs_leaves
+from .spaces import MASK_KEY, Leaf, SpaceError, action_space, mask_column, obs_leaves
 from .spec import EnvSpec
 
-AGENT_INDEX, STATE, MASK = "agent_index", "state", "action_mask"
+AGENT_INDEX, STATE, MASK = "agent_index", "state", MASK_KEY
 
 
 class AgentEnvError(ValueError):
@@ -138,22 +139,25 @@ class Agents:
 
 
 def describe(env: Any) -> Agents:
+    """The env's agents and spaces, and how wide the critic's state is: its
+    `state_space`, else one `state()` after a reset, else every observation."""
     names = tuple(env.possible_agents)
     obs = {a: env.observation_space(a) for a in names}
     act = {a: env.action_space(a) for a in names}
-    has_state = False
     width = 0
+    with contextlib.suppress(AttributeError, NotImplementedError):
+        width = int(np.prod(env.state_space.shape))
+    if not width:
+        with contextlib.suppress(AttributeError, NotImplementedError, TypeError):
+            env.reset(seed=0)
+            width = int(np.asarray(env.state()).size)
+    if width:
+        return Agents(names, obs, act, width, True)
     try:
-        space = env.state_space
-        width, has_state = int(np.prod(space.shape)), True
-    except (AttributeError, NotImplementedError):
-        pass
-    if not has_state:
-        try:
-            width = sum(int(np.prod(s.shape)) for s in obs.values())
-        except TypeError:
-            width = 0
-    return Agents(names, obs, act, width, has_state)
+        width = sum(int(np.prod(s.shape)) for s in obs.values())
+    except TypeError:
+        width = 0
+    return Agents(names, obs, act, width, False)
 
 
 @functools.lru_cache(maxsize=32)
@@ -217,11 +221,7 @@ def policy_spec(cfg: Environment, ma: MultiAgent, policy: str) -> EnvSpec:
                                 f"and its observations cannot be concatenated")
         leaves.append(Leaf((STATE,), "box", (agents.state_width,)))
         critic = (".".join(("obs", STATE)),)
-    mask = ""
-    for leaf in leaves:
-        if leaf.path and leaf.path[-1] == MASK and act.kind in ("discrete", "multidiscrete") \
-                and leaf.kind in ("box", "binary") and leaf.width == act.n:
-            mask = leaf.column
+    mask = mask_column(leaves, act)
     structured = len(leaves) > 1 or leaves[0].path or leaves[0].kind not in ("box", "image")
     shape = (sum(leaf.width for leaf in leaves),) if structured else leaves[0].shape
     index = {a: i for i, a in enumerate(agents.names)}

@@ -24,7 +24,7 @@ from . import tasks  # noqa: F401  (registers its env ids)
 from .contract import under_wrappers
 from .families import source
 from .guard import GuardedVectorEnv
-from .spaces import Leaf, SpaceError, action_space, obs_leaves, plain
+from .spaces import Leaf, SpaceError, action_space, mask_column, obs_leaves, plain
 from .spec import EnvSpec as EnvSpec  # re-exported: the spec is made here (env_spec)
 
 
@@ -219,7 +219,8 @@ def spec_of(obs_space: gym.Space[Any], act_space: gym.Space[Any], env_id: str) -
     else:
         shape, obs = (sum(leaf.width for leaf in leaves),), leaves
     return EnvSpec(shape, act.kind == "discrete", act.n, act.shape, act.low, act.high,
-                   obs, "" if act.kind in ("discrete", "box") else act.kind, act.nvec)
+                   obs, "" if act.kind in ("discrete", "box") else act.kind, act.nvec,
+                   mask=mask_column(leaves, act))
 
 
 def env_spec(cfg: Environment) -> EnvSpec:

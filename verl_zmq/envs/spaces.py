@@ -101,6 +101,19 @@ def obs_leaves(space: gym.Space[Any], where: str = "observation space") -> tuple
     return tuple(out)
 
 
+MASK_KEY = "action_mask"  # PettingZoo classic's name for the legal actions
+
+
+def mask_column(leaves: tuple[Leaf, ...] | list[Leaf], act: ActionSpace) -> str:
+    """The column of an `action_mask` entry of a Dict observation that masks the
+    policy's logits (as wide as them: Discrete, MultiDiscrete), or ""."""
+    for leaf in leaves:
+        if leaf.path and leaf.path[-1] == MASK_KEY and act.kind in ("discrete", "multidiscrete") \
+                and leaf.kind in ("box", "binary") and leaf.width == act.n:
+            return leaf.column
+    return ""
+
+
 def plain(leaves: tuple[Leaf, ...]) -> bool:
     """One Box (or image) at `obs`: the observation is the array itself."""
     return len(leaves) == 1 and not leaves[0].path and leaves[0].kind in ("box", "image")

@@ -17,7 +17,7 @@ def agent_job_problems(job: Job, networks: bool = True, probe_steps: int | None 
     """Problems of a multi-agent job, each one sentence; empty when it can run."""
     from ..algos.traits import fit_problem
     from ..envs.agents import AgentEnvError, policy_spec
-    from .checks import plugin_problems
+    from .plugin_checks import plugin_problems
 
     ma = job.multiagent
     problems: list[str] = []

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from ..config import ConfigError, Job
 from ..config.loading import blame_override
+from .plugin_checks import plugin_problems
 
 PROBE_HANG_S = 30.0  # an env that has not answered the check's reset or step by then hangs
 
@@ -98,30 +99,6 @@ def check_job(job: Job, networks: bool = True, probe_steps: int | None = None) -
     if not problems and probe_steps != 0:
         problems += env_problems(job, probe_steps)
     return problems
-
-
-def plugin_problems(job: Job) -> list[str]:
-    """The job's parts of one's own (`module:function`), imported and checked for
-    what they take: an advantage estimator, a policy loss, an exploration schedule, a
-    network. (An algorithm of one's own is checked where the job is read.)"""
-    from ..algos.exploration import SCHEDULE
-    from ..algos.shapes import SHAPES
-    from ..importing import plug_in
-
-    shapes = {"adv_estimator": SHAPES["advantage estimator"],
-              "policy_loss": SHAPES["policy loss"], "exploration": (3, SCHEDULE)}
-    wanted = [(job.algorithm.policy.network, "algorithm.policy.network", 2,
-               "(spec: EnvSpec, policy: Policy) -> torch.nn.Module")]
-    wanted += [(path, f"algorithm.params.{key}", *shapes[key])
-               for key, path in job.algorithm.params.plugins().items()]
-    out = []
-    for path, key, takes, shape in wanted:
-        if ":" in path:
-            try:
-                plug_in(path, key, takes, shape)
-            except ValueError as e:
-                out.append(str(e))
-    return out
 
 
 def env_problems(job: Job, steps: int | None = None) -> list[str]:

@@ -15,11 +15,14 @@ def _fail(msg: str) -> None:
     sys.exit(2)
 
 
-def _policy(checkpoint: str):
+POLICY_HELP = "A multi-agent run's policy (default: the checkpoint's folder's, or the first)."
+
+
+def _policy(checkpoint: str, policy: str = ""):
     from .export import load_policy
 
     try:
-        return load_policy(checkpoint)
+        return load_policy(checkpoint, policy)
     except Exception as e:  # torch.load alone raises a dozen kinds on a bad file
         _fail(f"{checkpoint}: cannot load a policy from it: {type(e).__name__}: "
               f"{str(e).splitlines()[0][:300] if str(e) else ''}")
@@ -31,14 +34,24 @@ def _policy(checkpoint: str):
 @click.option("--seed", default=None, type=int, help="First episode's seed (default: the job's).")
 @click.option("--video", "video_dir", default="", help="Record the first episode here.")
 @click.option("--stochastic", is_flag=True, help="Sample actions instead of the mode.")
-def eval_cmd(checkpoint, episodes, seed, video_dir, stochastic):
-    """Evaluate the policy in CHECKPOINT (step_*.pt, latest.pt or best.pt)."""
+@click.option("--policy", default="", help=POLICY_HELP)
+def eval_cmd(checkpoint, episodes, seed, video_dir, stochastic, policy):
+    """Evaluate the policy in CHECKPOINT (step_*.pt, latest.pt or best.pt). Of a
+    multi-agent run: its agents acted for by it, the others by the run's other
+    trained policies (their best.pt beside it, else latest.pt) and its fixed ones;
+    the team's and each policy's return, and games against its references."""
     import torch
 
     from ..policy.evaluate import evaluate, video_available
 
     torch.set_num_threads(1)
-    lp = _policy(checkpoint)
+    lp = _policy(checkpoint, policy)
+    if "policy" in lp.meta:
+        from .agent_eval import eval_agents
+
+        for line in eval_agents(lp, Path(checkpoint), episodes, seed, not stochastic):
+            click.echo(line)
+        return
     if video_dir and not video_available():
         _fail("--video needs moviepy: pip install moviepy")
     seed = lp.job.evaluation.seed if seed is None else seed
@@ -82,7 +95,8 @@ def record_cmd(checkpoint, episodes, seed, stochastic, output):
               required=True)
 @click.option("-o", "--output", required=True, type=click.Path(),
               help="File to write (hf: a folder).")
-def export_cmd(checkpoint, fmt, output):
+@click.option("--policy", default="", help=POLICY_HELP)
+def export_cmd(checkpoint, fmt, output, policy):
     """Write CHECKPOINT's deterministic policy (obs normalisation included) as one file;
     a Hugging Face policy's as a model folder (--format hf)."""
     import torch
@@ -90,9 +104,9 @@ def export_cmd(checkpoint, fmt, output):
     from .export import export
 
     torch.set_num_threads(1)
-    _policy(checkpoint)  # a clear error before the exporter's own
+    _policy(checkpoint, policy)  # a clear error before the exporter's own
     try:
-        out = export(checkpoint, fmt, output)
+        out = export(checkpoint, fmt, output, policy)
     except ImportError as e:
         _fail(f"--format {fmt} needs the {'llm' if fmt == 'hf' else 'onnx'} extra "
               f"(pip install 'verl-zmq[{'llm' if fmt == 'hf' else 'onnx'}]'): {e}")

@@ -45,15 +45,37 @@ class LoadedPolicy:
         return self.algo.env_action(a), ex["rnn_state"]
 
 
-def load_policy(path: str | Path) -> LoadedPolicy:
-    """Rebuild the policy a checkpoint holds (loaded with weights_only=True)."""
+def checkpoint_policy(job: Job, path: str | Path, policy: str = "") -> str:
+    """Which policy of a multi-agent job a checkpoint holds: `policy` where given,
+    else the folder it lies in (checkpoints/<policy>/ where several train), else
+    the first trained one; ValueError for a name that is not a policy."""
+    ma = job.multiagent
+    if policy:
+        if policy not in ma.names:
+            raise ValueError(f"--policy {policy!r}: the job's policies are "
+                             f"{', '.join(ma.names)}")
+        return policy
+    folder = Path(path).parent.name
+    return folder if folder in ma.trained else ma.trained[0]
+
+
+def load_policy(path: str | Path, policy: str = "") -> LoadedPolicy:
+    """Rebuild the policy a checkpoint holds (loaded with weights_only=True); of a
+    multi-agent job, one policy (`checkpoint_policy`), with the spaces it acts in."""
     from ..algos import make_algorithm
+    from ..envs.agents import is_multiagent, policy_spec
 
     state = load(path)
     if "job" not in state or "policy" not in state:
         raise ValueError(f"{path}: not a verl-zmq checkpoint (no job or policy)")
     job = loads_job(state["job"], f"{path}:job")
-    spec = env_spec(job.environment)
+    name = ""
+    if is_multiagent(job.environment):
+        name = checkpoint_policy(job, path, policy)
+        spec = policy_spec(job.environment, job.multiagent, name)
+        job = job.policy_view(name)
+    else:
+        spec = env_spec(job.environment)
     algo = make_algorithm(job, spec)
     algo.load_policy_arrays({k: v.numpy() for k, v in state["policy"].items()})
     rms = None
@@ -61,6 +83,8 @@ def load_policy(path: str | Path) -> LoadedPolicy:
         rms = obs_norm(spec)
         rms.load_arrays({k: v.numpy() for k, v in state.get("rms", {}).items()})
     meta = {k: state[k] for k in ("env_steps", "version", "eval_return_mean") if k in state}
+    if name:
+        meta["policy"] = name
     return LoadedPolicy(job, spec, algo, rms, meta)
 
 
@@ -157,11 +181,11 @@ class DeterministicPolicy(nn.Module):
         return ["action", *(["state_out"] if self.recurrent else [])]
 
 
-def export(path: str | Path, fmt: str, out: str | Path) -> Path:
+def export(path: str | Path, fmt: str, out: str | Path, policy: str = "") -> Path:
     """Write the deterministic policy of checkpoint `path` as TorchScript or ONNX;
     a Hugging Face policy's as a model folder (`fmt` "hf": what
-    `from_pretrained` loads)."""
-    lp = load_policy(path)
+    `from_pretrained` loads); of a multi-agent run, one policy's."""
+    lp = load_policy(path, policy)
     if fmt == "hf":
         from ..checkpoint import save_folder_atomic
 

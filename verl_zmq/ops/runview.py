@@ -89,8 +89,10 @@ class RunView:
             steps = int(ev.get("env_steps", 0))
             self.last_eval = ev
             self._steps(steps, ts, ev.get("member"))  # fresher than metrics
-            self.evals.append((self.env_steps if self._peer_steps else steps,
-                               float(ev["eval/return_mean"]), ts))
+            # what evaluations are ranked by: the mean return, or a rating (a
+            # multi-agent job's against its references)
+            score = ev.get("score", ev["eval/return_mean"])
+            self.evals.append((self.env_steps if self._peer_steps else steps, float(score), ts))
         elif name == "best_kept" and isinstance(ev.get("return_mean"), int | float):
             self.best = (float(ev["return_mean"]), int(ev.get("env_steps", 0)),
                          int(ev.get("episodes", 0)))

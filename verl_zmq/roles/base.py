@@ -137,10 +137,22 @@ class Rates:
         return deltas, dt
 
 
-def role_class(name: str) -> type[Role]:
-    """Import a role's module only when asked: the registry must not import torch."""
+def role_class(name: str, job: Job | None = None) -> type[Role]:
+    """Import a role's module only when asked: the registry must not import torch.
+    For a job whose env is a PettingZoo one, a role with a multi-agent variant
+    (module `verl_zmq.roles.<role>_agents`) is that variant."""
     if name not in ROLES:
         raise KeyError(name)
+    if job is not None:
+        from ..envs.agents import is_multiagent
+
+        if is_multiagent(job.environment):
+            try:
+                variant: type[Role] = importlib.import_module(
+                    f"verl_zmq.roles.{name}_agents").ROLE
+                return variant
+            except ModuleNotFoundError:
+                pass
     cls: type[Role] = importlib.import_module(f"verl_zmq.roles.{name}").ROLE
     return cls
 

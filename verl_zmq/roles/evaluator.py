@@ -67,17 +67,6 @@ class EvaluatorRole(Role):
 
         LearnerRole.preload()  # it builds the job's algorithm to act with
 
-    def __new__(cls, ctx: Any) -> EvaluatorRole:
-        """A multi-agent env's evaluator where the job's env is a PettingZoo one."""
-        if cls is EvaluatorRole:
-            from ..envs.agents import is_multiagent
-
-            if is_multiagent(ctx.job.environment):
-                from .evaluator_agents import MultiAgentEvaluator
-
-                return super().__new__(MultiAgentEvaluator)
-        return super().__new__(cls)
-
     async def _acting(self) -> None:
         """The policy copy it evaluates with (`algo`), its spaces and obs statistics."""
         self.spec = env_spec(self.job.environment)
@@ -360,7 +349,7 @@ class EvaluatorRole(Role):
         self.log.info("evaluated", env_steps=msg.env_steps, version=msg.version,
                       params_version=held,
                       episodes=len(rets), final=msg.final, best=best, member=msg.src,
-                      params=fp[:16], **self.last)
+                      params=fp[:16], score=mean, **self.last)
         # a second evaluation only where a best was beaten: the first has nothing to
         # beat, so it was not chosen for reading high
         episodes = len(rets)

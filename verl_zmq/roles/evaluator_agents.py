@@ -169,3 +169,6 @@ class MultiAgentEvaluator(EvaluatorRole):
         base = Path(self.ctx.run_dir) / "checkpoints"
         return base / policy / "best.pt" if len(self.job.multiagent.trained) > 1 \
             else base / "best.pt"
+
+
+ROLE = MultiAgentEvaluator

@@ -43,17 +43,6 @@ class SamplerRole(Role):
 
     name = SAMPLER
 
-    def __new__(cls, ctx: Any) -> SamplerRole:
-        """A multi-agent env's sampler where the job's env is a PettingZoo one."""
-        if cls is SamplerRole:
-            from ..envs.agents import is_multiagent
-
-            if is_multiagent(ctx.job.environment):
-                from .sampler_agents import MultiAgentSampler
-
-                return super().__new__(MultiAgentSampler)
-        return super().__new__(cls)
-
     async def setup(self) -> None:
         spec = env_spec(self.job.environment)
         torch_seed, np_seed = acting_seeds(self.job.experiment.seed, self.ctx.group,

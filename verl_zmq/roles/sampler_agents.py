@@ -197,3 +197,6 @@ def _checkpoint_policy(path: str) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: holds no policy arrays")
     return {k: np.asarray(v.cpu().numpy() if hasattr(v, "cpu") else v, np.float32)
             for k, v in policy.items()}
+
+
+ROLE = MultiAgentSampler

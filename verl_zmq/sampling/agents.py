@@ -24,19 +24,18 @@ often they beat the learner.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..batch import AGENT, Layout, bootstrap, job_layout
+from ..batch import job_layout
 from ..config import Job
 from ..config.multiagent import RANDOM, MultiAgent
 from ..envs.agents import (
     AGENT_INDEX,
     STATE,
     AgentEnv,
-    Agents,
     agents_of,
     make_agent_env,
     mapping_fn,
@@ -47,7 +46,8 @@ from ..envs.agents import (
 from ..envs.make import env_seeds
 from ..envs.spaces import split
 from ..envs.spec import EnvSpec
-from ..importing import load_object
+from .league import League, RandomPolicy, ScriptedPolicy
+from .seats import Seats, take_rows
 
 Arrays = dict[str, np.ndarray]
 
@@ -76,193 +76,6 @@ def observe(spec: EnvSpec, raws: list[Any], agents: list[int], n_agents: int,
     return out
 
 
-def take_rows(obs: Any, idx: np.ndarray) -> Any:
-    return {k: v[idx] for k, v in obs.items()} if isinstance(obs, dict) else obs[idx]
-
-
-# -- the agents that do not learn ------------------------------------------------------
-
-class RandomPolicy:
-    """Uniformly random legal actions (the space's sample where there is no mask)."""
-
-    def __init__(self, agents: Agents, seed: int):
-        self.agents = agents
-        self.rng = np.random.default_rng(seed)
-
-    def act_raw(self, agent: str, raw: Any) -> Any:
-        space = self.agents.act[agent]
-        legal = mask_of(raw, int(getattr(space, "n", 0)))
-        if legal is not None and legal.any():
-            return int(self.rng.choice(np.flatnonzero(legal)))
-        space.seed(int(self.rng.integers(2**31)))
-        return space.sample()
-
-
-class ScriptedPolicy:
-    """A `module:fn(observation, agent_id) -> action` of the job's."""
-
-    def __init__(self, path: str, where: str):
-        self.fn = load_object(path, where)
-
-    def act_raw(self, agent: str, raw: Any) -> Any:
-        return self.fn(raw, agent)
-
-
-@dataclass
-class League:
-    """A trained policy's past versions, kept by one sampler: snapshots of the
-    params it received every `snapshot_every` updates, and the learner's record
-    against each (for win_rate sampling)."""
-
-    every: int
-    size: int
-    sampling: str
-    latest: float
-    snaps: deque[tuple[int, Any]] = field(default_factory=deque)  # (updates, actor)
-    record: dict[int, list[float]] = field(default_factory=dict)  # updates -> [wins, games]
-    last: int = -1  # updates of the newest snapshot
-
-    def offer(self, updates: int, make: Any) -> None:
-        """Keep the params at `updates` as a snapshot when one is due."""
-        if self.every <= 0 or (self.last >= 0 and updates < self.last + self.every):
-            return
-        self.snaps.append((updates, make()))
-        self.last = updates
-        while len(self.snaps) > self.size:
-            old, _ = self.snaps.popleft()
-            self.record.pop(old, None)
-
-    def draw(self, rng: np.random.Generator) -> tuple[int, Any] | None:
-        """An episode's opponent: None for the latest params, else a snapshot."""
-        if not self.snaps or rng.random() < self.latest:
-            return None
-        if self.sampling == "uniform":
-            return self.snaps[int(rng.integers(len(self.snaps)))]
-        # prioritised fictitious self-play: weight (1 - win rate)^2, unseen ones first
-        w = np.array([(1.0 - (r[0] + 0.5) / (r[1] + 1.0)) ** 2 for r in
-                      (self.record.get(u, [0.0, 0.0]) for u, _ in self.snaps)])
-        return self.snaps[int(rng.choice(len(w), p=w / w.sum()))]
-
-    def result(self, updates: int, score: float) -> None:
-        """The learner's score against snapshot `updates`: 1 a win, 0.5 a draw, 0."""
-        r = self.record.setdefault(updates, [0.0, 0.0])
-        r[0] += score
-        r[1] += 1.0
-
-
-# -- a trained policy's columns ---------------------------------------------------------
-
-class Seats:
-    """A trained policy's columns, each with its own time (see the module)."""
-
-    def __init__(self, layout: Layout, E: int, extras: tuple[str, ...]):
-        self.layout, self.E, self.T = layout, E, layout.T
-        self.extras = extras
-        self.cap = 3 * self.T + 2
-        self.fields = [(k, dt, shape[2:]) for k, dt, shape in layout.fields(E)
-                       if len(shape) >= 2 and shape[:2] == (self.T, E)]
-        self.cols: Arrays = {k: np.zeros((self.cap, E, *shape), dt)
-                             for k, dt, shape in self.fields}
-        self.n = np.zeros(E, np.int64)  # rows each column holds
-        self.open = np.zeros(E, bool)  # its last row waits for its reward and outcome
-        self.ep_ret = np.zeros(E, np.float64)
-        self.ep_len = np.zeros(E, np.int64)
-        self.returns: list[float] = []
-        self.lengths: list[int] = []
-        self.versions: deque[tuple[int, int]] = deque()  # (rows written, version)
-
-    def _room(self, extra: int = 1) -> None:
-        need = int(self.n.max()) + extra
-        if need <= self.cap:
-            return
-        grow = max(need, 2 * self.cap) - self.cap
-        for k, a in self.cols.items():
-            self.cols[k] = np.concatenate([a, np.zeros((grow, *a.shape[1:]), a.dtype)])
-        self.cap += grow
-
-    def _write(self, cols: np.ndarray, obs: Any, action: np.ndarray, extras: Arrays,
-               agents: np.ndarray, valid: bool) -> None:
-        self._room()
-        rows = self.n[cols]
-        c = self.cols
-        if isinstance(obs, dict):
-            for k, v in obs.items():
-                c[k][rows, cols] = v
-        else:
-            c["obs"][rows, cols] = obs
-        c["action"][rows, cols] = action
-        for k in self.extras:
-            c[k][rows, cols] = extras[k]
-        c["reward"][rows, cols] = 0.0
-        c["terminated"][rows, cols] = False
-        c["truncated"][rows, cols] = False
-        c["valid"][rows, cols] = valid
-        c[AGENT][rows, cols] = agents
-        self.n[cols] += 1
-
-    def decide(self, cols: np.ndarray, obs: Any, action: np.ndarray, extras: Arrays,
-               agents: np.ndarray) -> None:
-        """The agents holding `cols` acted: a row each, open for its reward."""
-        self._write(cols, obs, action, extras, agents, True)
-        self.open[cols] = True
-
-    def reward(self, col: int, r: float) -> None:
-        if self.open[col]:
-            self.cols["reward"][self.n[col] - 1, col] += r
-            self.ep_ret[col] += r
-
-    def count_step(self, cols: np.ndarray) -> None:
-        self.ep_len[cols] += 1
-
-    def end(self, cols: np.ndarray, term: np.ndarray, trunc: np.ndarray, obs: Any,
-            action: np.ndarray, extras: Arrays, agents: np.ndarray) -> None:
-        """The agents of `cols` ended their episode: their last row says how, and the
-        NEXT_STEP row after it holds the last observation and its value (invalid)."""
-        keep = self.open[cols]
-        if not keep.any():
-            return
-        idx = np.flatnonzero(keep)
-        cols = cols[idx]
-        last = self.n[cols] - 1
-        self.cols["terminated"][last, cols] = term[idx]
-        self.cols["truncated"][last, cols] = trunc[idx]
-        self._write(cols, take_rows(obs, idx), action[idx],
-                    {k: v[idx] for k, v in extras.items()}, agents[idx], False)
-        self.open[cols] = False
-        self.returns.extend(self.ep_ret[cols].tolist())
-        self.lengths.extend(self.ep_len[cols].tolist())
-        self.ep_ret[cols] = 0.0
-        self.ep_len[cols] = 0
-
-    def pad(self) -> None:
-        """Idle columns behind the others gain an invalid row (no agent)."""
-        lag = np.flatnonzero(~self.open & (self.n < self.n.max()))
-        if not lag.size:
-            return
-        self._room()
-        rows = self.n[lag]
-        for k, a in self.cols.items():
-            a[rows, lag] = -1 if k == AGENT else 0
-        self.n[lag] += 1
-
-    def ready(self) -> bool:
-        return int(self.n.min()) >= self.T + 1
-
-    def take(self, obs_columns: tuple[str, ...]) -> Arrays:
-        """The first T rows as a fragment, row T as its bootstrap; rows shift down."""
-        T, c = self.T, self.cols
-        out: Arrays = {k: a[:T].copy() for k, a in c.items()}
-        for k in (*obs_columns, *self.extras):
-            out[bootstrap(k)] = c[k][T].copy()
-        for a in c.values():
-            a[:self.cap - T] = a[T:].copy()
-        self.n -= T
-        out["ep_return"] = np.array(self.returns, np.float64)
-        out["ep_length"] = np.array(self.lengths, np.int64)
-        self.returns, self.lengths = [], []
-        return out
-
-
 # -- the collector ------------------------------------------------------------------------
 
 @dataclass
@@ -273,6 +86,7 @@ class Held:
     policy: str
     seat: int = -1
     snapshot: int = -1  # a league snapshot's updates (-1: the latest params)
+    opponent: Any = None  # that snapshot's actor (kept while the episode lasts)
 
 
 class MultiAgentCollector:
@@ -307,7 +121,8 @@ class MultiAgentCollector:
                 self.fixed[p] = actors[p]  # a checkpoint's policy, loaded by the role
         league = ma.league
         self.leagues = {p: League(league.snapshot_every, league.size, league.sampling,
-                                  league.latest) for p in self.trained}
+                                  league.latest, fixed=self._opponents(),
+                                  fixed_share=league.opponent_share) for p in self.trained}
         self.seats_per_copy = {p: (1 if league.snapshot_every > 0 else
                                    len(policy_agents(ma, self.agents, p)))
                                for p in self.trained}
@@ -332,6 +147,19 @@ class MultiAgentCollector:
         self.team_returns: deque[float] = deque(maxlen=100)
         self.policy_returns: dict[str, deque[float]] = {p: deque(maxlen=100) for p in ma.names}
         self.illegal = 0
+
+    def _opponents(self) -> list[tuple[int, Any]]:
+        """The league's fixed opponents, keyed -2, -3, ..."""
+        out = []
+        for i, name in enumerate(self.ma.league.opponents):
+            if name in self.fixed:
+                player = self.fixed[name]
+            elif name == RANDOM:
+                player = RandomPolicy(self.agents, int(self.rng.integers(2**31)))
+            else:
+                player = ScriptedPolicy(name, f"multiagent.league.opponents[{i}]")
+            out.append((-2 - i, player))
+        return out
 
     # -- the Collector protocol's per-policy params ---------------------------------------
 
@@ -382,7 +210,7 @@ class MultiAgentCollector:
                         held[a] = Held(p, c * k)
                     else:
                         snap = self.leagues[p].draw(self.rng)
-                        held[a] = Held(p, -1, -1 if snap is None else snap[0])
+                        held[a] = Held(p) if snap is None else Held(p, -1, *snap)
             else:
                 for j, a in enumerate(mine):
                     held[a] = Held(p, c * k + j if j < k else -1)
@@ -416,23 +244,20 @@ class MultiAgentCollector:
     def _state(self, c: int) -> np.ndarray:
         return self.envs[c].state(self.names, self.last_obs[c])
 
-    def _actor(self, who: str, snapshot: int) -> Any:
-        if snapshot >= 0:
-            return dict(self.leagues[who].snaps)[snapshot]
-        return self.fixed.get(who) or self.actors[who]
-
     def _act(self, who: str, snapshot: int, rows: list[tuple[int, str, Any]],
-             deterministic: bool = False) -> tuple[np.ndarray, Arrays, Any]:
-        """Actions of the agents `rows` (copy, agent, raw obs) by one actor; its
-        extras, and the observations it acted on (None for a fixed raw policy)."""
-        actor = self._actor(who, snapshot)
+             opponent: Any = None) -> tuple[np.ndarray, Arrays, Any]:
+        """Actions of the agents `rows` (copy, agent, raw obs) by one actor (a league
+        snapshot's where `opponent` is one); its extras, and the observations it
+        acted on (None for a fixed raw policy)."""
+        actor = opponent if opponent is not None else \
+            self.fixed.get(who) or self.actors[who]
         if isinstance(actor, RandomPolicy | ScriptedPolicy):
             return np.asarray([actor.act_raw(a, raw) for _, a, raw in rows]), {}, None
         spec = self.specs[who]
         states = [self._state(c) for c, _, _ in rows] if spec.critic_only else None
         obs = observe(spec, [raw for _, _, raw in rows], [self.index[a] for _, a, _ in rows],
                       len(self.names), states)
-        a, ex = actor.act(obs, deterministic=deterministic, env_steps=self.agent_steps)
+        a, ex = actor.act(obs, env_steps=self.agent_steps)
         return a, ex, obs
 
     def _legal(self, a: np.ndarray, rows: list[tuple[int, str, Any]]) -> None:
@@ -444,13 +269,15 @@ class MultiAgentCollector:
     def _tick(self) -> None:
         """Every copy's agents that must act do; every copy steps once."""
         groups: dict[tuple[str, int], list[tuple[int, str, Any]]] = {}
+        opponents: dict[tuple[str, int], Any] = {}
         for c, acting in enumerate(self.pending):
             for agent, raw in acting.items():
                 h = self.held[c][agent]
                 groups.setdefault((h.policy, h.snapshot), []).append((c, agent, raw))
+                opponents[(h.policy, h.snapshot)] = h.opponent
         actions: list[dict[str, Any]] = [{} for _ in self.envs]
         for (who, snap), rows in groups.items():
-            a, ex, obs = self._act(who, snap, rows)
+            a, ex, obs = self._act(who, snap, rows, opponents[(who, snap)])
             self._legal(a, rows)
             env_a = self.actors[who].env_action(a) if who in self.actors else a
             for i, (c, agent, _) in enumerate(rows):

@@ -20,7 +20,8 @@ import numpy as np
 from ..config import Environment
 from ..envs.agents import AgentEnv, Agents, make_agent_env, mask_of
 from ..envs.spec import EnvSpec
-from .agents import RandomPolicy, ScriptedPolicy, observe
+from .agents import observe
+from .league import RandomPolicy, ScriptedPolicy
 
 
 @dataclass

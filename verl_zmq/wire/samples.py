@@ -98,6 +98,9 @@ def samples() -> list[wire.Message]:
         wire.GossipGrads(round=3, scalars={"approx_kl": 0.01},
                          arrays={"grad": np.ones(16, np.float32)}),
         wire.Shutdown(reason="target_reached"),
+        # a multi-agent policy's fragment: its name, and the agent of every step
+        wire.Fragment(version=4, policy="predator",
+                      arrays={**frag, "agent": np.tile(np.array([0, -1]), (16, 1))}),
     ]
 
 

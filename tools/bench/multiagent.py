@@ -82,6 +82,8 @@ def sb3_spread(seed: int, steps: int) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     torch.set_num_threads(1)
+    torch.manual_seed(seed)  # SuperSuit's vector env takes no seed through SB3
+    np.random.seed(seed)
     job = load_job(SPREAD)
     p, s = job.algorithm.params, job.sampling
     copies = s.num_envs_per_worker * s.num_workers
@@ -92,7 +94,7 @@ def sb3_spread(seed: int, steps: int) -> dict[str, Any]:
                 batch_size=p.minibatch_size, n_epochs=p.n_epochs,
                 learning_rate=lambda f: p.learning_rate * f, gamma=p.gamma,
                 gae_lambda=p.gae_lambda, ent_coef=p.ent_coef, vf_coef=p.vf_coef,
-                clip_range=p.clip_range, max_grad_norm=p.max_grad_norm, seed=seed,
+                clip_range=p.clip_range, max_grad_norm=p.max_grad_norm,
                 policy_kwargs={"net_arch": list(job.algorithm.policy.hidden_sizes),
                                "activation_fn": torch.nn.Tanh}, device="cpu", verbose=0)
     model.learn(total_timesteps=steps)
@@ -119,11 +121,10 @@ def spread(a: argparse.Namespace) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as t:
         for seed in a.seeds:
-            rows.append(ours_spread(seed, a.steps, Path(t), mappo=False))
-            rows.append(ours_spread(seed, a.steps, Path(t), mappo=True))
-            rows.append(sb3_spread(seed, a.steps))
-            for r in rows[-3:]:
-                print(json.dumps(r), flush=True)
+            for arm in ("shared", "mappo", "sb3"):
+                rows.append(sb3_spread(seed, a.steps) if arm == "sb3" else
+                            ours_spread(seed, a.steps, Path(t), mappo=arm == "mappo"))
+                print(json.dumps(rows[-1]), flush=True)
     print(f"\nsimple_spread_v3, {a.steps:,} agent steps, final policy on 100 episodes "
           f"(return summed over the 3 agents)\n")
     print("| arm | seeds | return, mean (each) | wall s, mean (each) |")

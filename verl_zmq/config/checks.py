@@ -51,6 +51,45 @@ def check_semantics(job: Job, source: str) -> None:
     _check_algorithm(job, source)
     _check_resources(job, source)
     _check_multiagent(job, source)
+    _check_gossip(job, source)
+
+
+# the [gossip] keys each mixing mode reads (share_batch: every mode); a key set to
+# other than its default where the mode does not read it is refused, naming the
+# modes that do
+_PULL = ("neighbor_count", "update_interval", "selection_strategy", "topology",
+         "temperature", "max_queue_size", "priority_fn", "sync_interval", "mix_rate",
+         "staleness_updates", "compression", "topk_fraction")
+GOSSIP_READS: dict[str, tuple[str, ...]] = {
+    "async": (*_PULL, "grad_staleness"),
+    "gradients": ("sync_interval", "round_deadline_s", "topology"),
+    "exact": ("sync_interval", "round_deadline_s", "topology"),
+    "uniform": _PULL,
+    "reward_softmax": _PULL,
+}
+
+
+def _check_gossip(job: Job, source: str) -> None:
+    from .sections import Gossip
+
+    g, default = job.gossip, Gossip()
+    changed = [f.name for f in dataclasses.fields(g)
+               if f.name not in ("mixing", "share_batch")
+               and getattr(g, f.name) != getattr(default, f.name)]
+    if not job.traits.decentralised:
+        return  # the section is read by decentralised peers alone
+    reads = GOSSIP_READS[g.mixing]
+    for key in changed:
+        if key not in reads:
+            modes = [m for m, keys in GOSSIP_READS.items() if key in keys]
+            raise ConfigError(f"{source}: gossip.{key}: gossip.mixing = {g.mixing!r} does not "
+                              f"read it (it is read by mixing = "
+                              f"{' or '.join(repr(m) for m in modes)}); remove it or change "
+                              f"gossip.mixing")
+    if g.compression == "topk_delta" or "topk_fraction" not in changed:
+        return
+    raise ConfigError(f"{source}: gossip.topk_fraction: read with compression = "
+                      f"\"topk_delta\" alone")
 
 
 def _check_multiagent(job: Job, source: str) -> None:

@@ -236,31 +236,42 @@ class Checkpoint:
 class Gossip:
     """Decentralised peers: neighbour choice, async mixing, compression."""
 
-    neighbor_count: int = 2  # pull mixing: neighbours exchanged with per round
-    update_interval: int = 5  # pull mixing: local updates between two exchanges
-    # pull mixing: how neighbours are chosen (random, by recent reward, or by topology)
+    # async (the default): neighbours each gradient is pushed to; pull mixing: neighbours
+    # exchanged with per round
+    neighbor_count: int = 2
+    update_interval: int = 5  # async, pull mixing: local updates between two exchanges
+    # async, pull mixing: how neighbours are chosen (random, by recent reward, or by topology)
     selection_strategy: Literal["random", "reward_based", "topology"] = "random"
     # selection_strategy = "topology" (and the rounds beyond 8 peers): the graph
     topology: Literal["ring", "exponential"] = "ring"
     temperature: float = 1.0  # reward_based selection and reward_softmax mixing: softmax's
-    max_queue_size: int = 8  # pull mixing: received parameters kept, best priority first
-    # pull mixing: the queue's order: "reward", "recency" or a module:function
+    # async, pull mixing: received gradients (async) and parameters kept, best first
+    max_queue_size: int = 8
+    # async, pull mixing: the queues' order: "reward", "recency" or a module:function
+    # (parameters only)
     priority_fn: str = "reward"
     sync_interval: int = 5  # updates between two parameter mixes (rounds, or the queue's)
-    # gradients: average every minibatch's gradient with all neighbours (DD-PPO), and
-    # parameters as "exact" does; exact: every sync_interval updates, average
-    # parameters with all neighbours (rounds); else mix what pulls brought, uniform
-    # or by reward
-    mixing: Literal["gradients", "exact", "uniform",
-                    "reward_softmax"] = "gradients"  # what is averaged, how
+    # async: gradients after each backward pass to neighbor_count neighbours, no barrier,
+    # stepping on the mean with what has arrived, and parameter pulls and mixes;
+    # gradients: average every minibatch's gradient with all neighbours in rounds that
+    # wait (DD-PPO: bit-identical peers), and parameters as "exact" does; exact: every
+    # sync_interval updates, average parameters with all neighbours (rounds); uniform,
+    # reward_softmax: parameter pulls alone, mixed uniformly or by reward
+    mixing: Literal["async", "gradients", "exact", "uniform",
+                    "reward_softmax"] = "async"  # what is averaged, how
+    # async: a neighbour's gradient more than this many updates behind ours is dropped
+    grad_staleness: int = 2
 
-    round_deadline_s: float = 0.0  # a round waits this long for a peer; 0: heartbeats
+    round_deadline_s: float = 0.0  # gradients, exact: a round waits this long; 0: heartbeats
     share_batch: bool = True  # batch, steps and eval interval are the group's: 1/peers each
-    mix_rate: float = 0.5  # pull mixing: a in theta <- (1 - a) theta + a sum_j w_j theta_j
-    # pull mixing: received parameters older than this many updates are not mixed in
+    # async, pull mixing: a in theta <- (1 - a) theta + a sum_j w_j theta_j
+    mix_rate: float = 0.5
+    # async, pull mixing: received parameters older than this many updates are not mixed
+    # in, and a peer this far behind a neighbour's params adopts them instead
     staleness_updates: int = 50
-    # pull mixing: how parameters travel (fp16, ternary, or the largest deltas)
-    compression: Literal["none", "fp16", "terngrad", "topk_delta"] = "none"
+    # what travels: gradients (async, gradients) and parameter deltas (pulls) as fp16,
+    # 2-bit TernGrad, 1-bit signs with error feedback (gradients only), or the largest
+    compression: Literal["none", "fp16", "terngrad", "sign", "topk_delta"] = "none"
     topk_fraction: float = 0.05  # compression = "topk_delta": the share of entries sent
 
 

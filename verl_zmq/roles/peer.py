@@ -45,13 +45,14 @@ class PeerRole(LearnerRole):
         return Path(self.ctx.run_dir) / "checkpoints" / self.id
 
     def grad_reducer(self) -> GradReduce | None:
-        if self.job.gossip.mixing != "gradients":
+        if self.job.gossip.mixing not in ("gradients", "async"):
             return None
 
         # the node is built after the trainer, and is there before the first update
         def reduce(params: Any, scalars: dict[str, float]) -> dict[str, float]:
-            assert self.node.grads is not None  # mixing = "gradients" builds it
-            return self.node.grads.reduce(params, scalars)
+            mixer = self.node.grads or self.node.asyncg  # what the mixing mode built
+            assert mixer is not None
+            return mixer.reduce(params, scalars)
 
         return reduce
 

@@ -7,7 +7,8 @@ each, checked there). Params are told apart by their sender's group. Samplers
 are not paced to a learner's batch here (several learners): each ships at most
 `ahead` fragments of a policy on one version of its params (a share of a
 batch, plus `sampling.max_fragments_ahead`), then waits for that policy's next
-params, at most twice the liveness timeout.
+params, at most twice the liveness timeout. A policy whose learner has finished
+(its final params) still acts, on those params; its fragments are not shipped.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class MultiAgentSampler(SamplerRole):
         self.infos: dict[str, Any] = {}
         self.rates = Rates(steps=0, waited=0.0)
         self.shipped = {p: 0 for p in ma.trained}  # on the policy's current version
+        self.finished: set[str] = set()  # policies whose learner is done: not shipped
+        self.unshipped = 0
         self.ahead = {p: self._ahead(p) for p in ma.trained}
 
     def _actor(self, policy: str, seed_offset: int = 0) -> Any:
@@ -127,6 +130,9 @@ class MultiAgentSampler(SamplerRole):
             if p is None:
                 continue
             c = self.collector
+            if msg.final and p not in self.finished:  # it trains no more: it only acts
+                self.finished.add(p)
+                self.new_params.set()
             if msg.version != c.versions[p]:
                 c.offer(p, msg.version, msg.updates, dict(msg.arrays))
                 self.shipped[p] = 0
@@ -135,7 +141,7 @@ class MultiAgentSampler(SamplerRole):
     async def _wait_for(self, policy: str, timeout: float) -> None:
         """Wait until the policy's next params arrive (or `timeout`)."""
         deadline = time.monotonic() + timeout
-        while self.shipped[policy] >= self.ahead[policy]:
+        while self.shipped[policy] >= self.ahead[policy] and policy not in self.finished:
             self.new_params.clear()
             try:
                 async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
@@ -159,6 +165,9 @@ class MultiAgentSampler(SamplerRole):
             self.waiting_since = time.monotonic()
             await self.shard_ready.wait()
             for p, arrays, version in ready:
+                if p in self.finished:
+                    self.unshipped += 1
+                    continue
                 await send(self.pushes[p], wire.Fragment(version=version, arrays=arrays,
                                                          policy=p), self.id)
                 self.fragments += 1
@@ -180,6 +189,7 @@ class MultiAgentSampler(SamplerRole):
                "sampler/param_wait_s": round(self.param_wait_s, 3),
                "sampler/param_waits_timed_out": self.param_waits_timed_out,
                "sampler/param_swaps": c.swaps, "sampler/params_rejected": c.rejected_params,
+               "sampler/fragments_of_finished_policies": self.unshipped,
                **{f"sampler/policy_version/{p}": v for p, v in c.versions.items()}}
         out.update(c.metrics())
         if "sampler/team_return_mean" in out:  # what one-agent tools chart

@@ -12,6 +12,7 @@ import zmq.asyncio
 
 from ... import wire
 from ...comm.messaging import WireStats
+from ...config import Job
 from ..trainer import Trainer
 
 
@@ -19,6 +20,7 @@ class MixNode(Protocol):
     """A peer as its mixers see it."""
 
     id: str
+    job: Job
     log: Any
     wire_stats: WireStats
     trainer: Trainer

@@ -35,6 +35,7 @@ from ...config.members import index_of
 from ..trainer import Trainer
 from . import compress
 from . import core as gossip
+from .async_mix import AsyncGradMixer
 from .grad_mix import GradMixer
 from .neighbours import Neighbours
 from .round_mix import RoundMixer
@@ -74,6 +75,12 @@ class GossipNode:
         self.mixer = RoundMixer(self, deadline) if G.mixing in ("exact", "gradients") else None
         grads = G.mixing == "gradients"
         self.grads = GradMixer(self, deadline, job.launch.peers) if grads else None
+        self.asyncg = AsyncGradMixer(self, self._grad_neighbours, np.random.default_rng(
+            [job.experiment.seed, index, 0xA5]
+        )) if G.mixing == "async" else None
+        # parameters travel as the compression says; 1-bit signs are for gradients
+        self.param_compression = G.compression if G.compression in compress.SCHEMES \
+            else "fp16"
 
     # -- who is out there (neighbours.py) --------------------------------------------------
 
@@ -120,22 +127,30 @@ class GossipNode:
 
     # -- rounds -------------------------------------------------------------------------
 
-    def _neighbours(self) -> list[str]:
-        """This round's neighbours, by the job's selection strategy."""
+    def _grad_neighbours(self, step: int) -> list[str]:
+        """Where one gradient push goes: `neighbor_count` neighbours, chosen by the
+        job's selection strategy for this step."""
+        if not self.peers:
+            return []
+        return self._neighbours(step)
+
+    def _neighbours(self, at: int | None = None) -> list[str]:
+        """This round's (or step `at`'s) neighbours, by the job's selection strategy."""
         G = self.job.gossip
+        at = self.round if at is None else at
         ids = sorted(self.peers) + [self.id]
         if G.selection_strategy == "topology":
             # a fixed graph over peer numbers; dead or unknown numbers are holes
             n = max(self.job.launch.peers, max(index_of(i) for i in ids) + 1)
             by_index = {index_of(i): i for i in ids}
             alive = np.array([i in by_index for i in range(n)])
-            row = gossip.select_round("topology", n, G.neighbor_count, self.round, self.grng,
+            row = gossip.select_round("topology", n, G.neighbor_count, at, self.grng,
                                       topology=G.topology, alive=alive)[index_of(self.id)]
             return [by_index[int(j)] for j in row if j >= 0 and by_index[int(j)] != self.id]
         rewards = np.array([self.info.get(i, {}).get("reward", 0.0) for i in ids[:-1]]
                            + [self.reward()])
         row = gossip.select_round(G.selection_strategy, len(ids), G.neighbor_count,
-                                  self.round, self.grng, rewards=rewards,
+                                  at, self.grng, rewards=rewards,
                                   temperature=G.temperature)[len(ids) - 1]
         return [ids[int(j)] for j in row]
 
@@ -225,9 +240,11 @@ class GossipNode:
                                              wire.GossipGrads))
             if msg is None:
                 continue
-            if isinstance(msg, wire.GossipGrads):  # a gradient round's push: no reply
+            if isinstance(msg, wire.GossipGrads):  # a gradient push: no reply
                 if self.grads is not None:
                     self.grads.receive(msg.src, msg)
+                elif self.asyncg is not None:
+                    self.asyncg.receive(msg.src, msg)
                 continue
             reply: wire.Message
             if isinstance(msg, wire.GossipHello):
@@ -242,11 +259,10 @@ class GossipNode:
                 base = self.sent_base.get(msg.src)
                 if base is not None and gossip.fingerprint(base) != msg.fingerprint:
                     base = None  # the requester lost our base: full params
-                arrays, recon = compress.encode(own, G.compression, base, self.grng,
-                                                G.topk_fraction)
-                used = G.compression if (G.compression not in compress.DELTA
-                                         or base is not None) else "none"
-                if G.compression in compress.DELTA:
+                scheme = self.param_compression
+                arrays, recon = compress.encode(own, scheme, base, self.grng, G.topk_fraction)
+                used = scheme if (scheme not in compress.DELTA or base is not None) else "none"
+                if scheme in compress.DELTA:
                     self.sent_base[msg.src] = recon
                 reply = wire.GossipParams(fingerprint=self.fingerprint(),
                                           reward=self.reward(),
@@ -266,9 +282,12 @@ class GossipNode:
         if not fresh:
             return
         own = self.own_arrays()
-        if self.trainer.algo.updates == 0:
-            # nothing learnt yet (a late joiner): take the best neighbour's params outright
-            new, how = fresh[0].arrays, "adopted"
+        newest = max(fresh, key=lambda e: e.version)
+        if self.trainer.algo.updates == 0 or \
+                newest.version - self.trainer.state.version > G.staleness_updates:
+            # nothing learnt yet (a late joiner), or far behind its neighbours (a stall):
+            # take the freshest neighbour's params outright, not a mix with stale ones
+            new, how = (fresh[0] if self.trainer.algo.updates == 0 else newest).arrays, "adopted"
             weights, rate = np.ones(1), 1.0
         else:
             weights = gossip.mixing_weights(G.mixing, [e.reward for e in fresh], G.temperature)
@@ -347,4 +366,6 @@ class GossipNode:
             out.update(self.mixer.metrics())
         if self.grads is not None:
             out.update(self.grads.metrics())
+        if self.asyncg is not None:
+            out.update(self.asyncg.metrics())
         return out

@@ -27,7 +27,7 @@ def test_best_pt_is_written_behind_the_evaluations_newest_first(tmp_path, monkey
 
     async def main() -> None:
         for v in (1, 2, 3):  # three bests while the first is being written
-            role._keep_best(("job", "ppo", {}, None, {"version": v}))
+            role._keep_best((tmp_path / "best.pt", "job", "ppo", {}, None, {"version": v}))
             await asyncio.sleep(0.05)
         assert written == []  # the evaluations went on: nothing waited for the write
         gate.set()

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.e2e  # real processes
 
 TARGET = 475.0
 PULL = ("gossip.share_batch=false", 'gossip.mixing="reward_softmax"', "gossip.sync_interval=4",
+        "gossip.update_interval=4", "gossip.temperature=50.0", "gossip.staleness_updates=20",
         "training.total_timesteps=100000", "evaluation.interval_steps=10000")  # per peer
 SLACK_S = 4.0
 

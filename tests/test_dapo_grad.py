@@ -1,5 +1,6 @@
-"""Decentralised DAPO as shipped (the group's batch shared by 4 peers, every
-minibatch's gradient averaged over them), end to end on CartPole: peer-3 is
+"""Decentralised DAPO's gradient rounds (`gossip.mixing = "gradients"`, opt-in:
+the group's batch shared by 4 peers, every minibatch's gradient averaged over
+them, each round waiting for the others), end to end on CartPole: peer-3 is
 killed with -9 in the middle of the rounds and restarted by the launcher. The
 others' rounds wait for it at most one deadline each, never forever, and leave
 only it out; every evaluation is finite; rounds before the kill gave the peers
@@ -23,6 +24,8 @@ pytestmark = pytest.mark.e2e  # real processes
 TARGET = 475.0
 DEADLINE_S = 3.0  # gossip.round_deadline_s = 0: heartbeat_interval_s x heartbeat_liveness
 SLACK_S = 2.0
+# the shipped job in gradient rounds: its asynchronous keys back at their defaults
+ROUNDS = ('gossip.mixing="gradients"', "gossip.update_interval=5", "gossip.sync_interval=10")
 
 
 def _ev(path, name):
@@ -48,7 +51,8 @@ def _evaluated(logs) -> list[dict]:
 @pytest.fixture(scope="module")
 def grad_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("dapo_grad") / "run"
-    proc = start_job(CONFIGS / "cartpole_dapo.toml", run, f"evaluation.stop_at_return={TARGET}")
+    proc = start_job(CONFIGS / "cartpole_dapo.toml", run, *ROUNDS,
+                     f"evaluation.stop_at_return={TARGET}")
     logs = run / "logs"
     info: dict = {}
     try:

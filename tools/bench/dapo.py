@@ -6,14 +6,17 @@ Arms (all with 4 x 8 envs' worth of samplers and the DAPO job's
 hyperparameters; budgets and evaluation intervals stated for the whole group, so
 resolutions are equal):
   dapo         the DAPO job as shipped: the group's batch (256) shared by 4 peers
-               (64 each), every minibatch's gradient averaged over the peers
-  dapo-alone   the same peers with mixing off: each learns alone on its share
+               (64 each), every minibatch's gradient pushed to 2 neighbours and
+               averaged with what has arrived, no waiting (mixing = "async")
+  dapo-rounds  the same peers in gradient rounds (mixing = "gradients"): every
+               minibatch's gradient averaged over all peers, each round waiting
+  dapo-alone   (on request) the same peers with mixing off: each learns alone
   ppo          one PPO learner with the global batch (256): the fair baseline
-  ppo-x4       one PPO learner with batch 4 x 256 (what 4 peers each updating
+  ppo-x4       (on request) one PPO learner with batch 4 x 256 (what 4 peers each updating
                on 256 of their own steps spend per round)
   dapo-exact   (on request) the shared batch, parameters averaged after every
                update instead of gradients (local SGD with a period of one update)
-  dapo-pull    (on request) the earlier DAPO job: each peer updates on 256 of its
+  dapo-pull    the parameter-pull gossip: each peer updates on 256 of its
                own steps, reward-softmax pulls from 2 neighbours every 4 updates
   dapo-symmetric (on request) the DAPO job with clip_high = clip_low = 0.2 (PPO's
                clip): pooling apart from DAPO's clip-higher change
@@ -24,7 +27,7 @@ target; then per arm the mean with a bootstrap 90% interval, and the ratio of
 means to `ppo`. (Peers that average gradients hold identical parameters, so
 "every peer" is also their average's.)
 
-    python tools/bench/dapo.py [--seeds 0 1 2] [--arms dapo dapo-alone ppo]
+    python tools/bench/dapo.py [--seeds 0 1 2] [--arms dapo dapo-rounds ppo]
     python tools/bench/dapo.py --task pendulum --arms dapo dapo-alone ppo  # to -300
 """
 
@@ -68,19 +71,26 @@ def _ppo(batch: int) -> tuple[str, list[str]]:
 
 BASE = [f"training.total_timesteps={BUDGET}", f"evaluation.interval_steps={EVAL}"]
 PULL = ["gossip.share_batch=false", 'gossip.mixing="reward_softmax"', "gossip.sync_interval=4",
+        "gossip.update_interval=4", "gossip.temperature=50.0", "gossip.staleness_updates=20",
         f"training.total_timesteps={BUDGET // PEERS}", f"evaluation.interval_steps={EVAL // PEERS}"]
+# the shipped job's asynchronous keys back at their defaults, for the rounds' modes,
+# which do not read them (verl check refuses a key its mode does not read)
+RESET = ["gossip.update_interval=5"]
 ARMS: dict[str, tuple[str, list[str]]] = {
     "dapo": (DAPO_JOB, BASE),
-    "dapo-alone": (DAPO_JOB, [*BASE, 'gossip.mixing="exact"', "gossip.sync_interval=1000000000"]),
+    "dapo-alone": (DAPO_JOB, [*BASE, 'gossip.mixing="exact"', *RESET,
+                              "gossip.sync_interval=1000000000"]),
+    "dapo-rounds": (DAPO_JOB, [*BASE, 'gossip.mixing="gradients"', *RESET,
+                               "gossip.sync_interval=10"]),
     "ppo": _ppo(256),
     "ppo-x4": _ppo(1024),
-    "dapo-exact": (DAPO_JOB, [*BASE, 'gossip.mixing="exact"', "gossip.sync_interval=1"]),
+    "dapo-exact": (DAPO_JOB, [*BASE, 'gossip.mixing="exact"', *RESET, "gossip.sync_interval=1"]),
     "dapo-pull": (DAPO_JOB, PULL),
     # DAPO's decoupled clip made symmetric (0.2, PPO's): pooling measured apart from
     # the clip-higher change to the algorithm
     "dapo-symmetric": (DAPO_JOB, [*BASE, "algorithm.params.clip_high=0.2"]),
 }
-DEFAULT_ARMS = ["dapo", "dapo-alone", "ppo", "ppo-x4"]
+DEFAULT_ARMS = ["dapo", "dapo-rounds", "dapo-pull", "ppo"]
 # a second task, with continuous actions: the same arms with these overrides on top
 # (ppo-x4 and the pull arm keep CartPole's batch arithmetic: not for this task)
 TASKS: dict[str, tuple[list[str], float]] = {
@@ -93,10 +103,14 @@ TASKS: dict[str, tuple[list[str], float]] = {
 }
 
 
-def run_arm(arm: str, seed: int, target: float, task: list[str] = ()) -> dict:
+def run_arm(arm: str, seed: int, target: float, task: list[str] = (),
+            extra: list[str] = ()) -> dict:
     """Total env steps and seconds from the first env step to the first trainer and
-    to every trainer reaching `target` (None: not within the budget)."""
+    to every trainer reaching `target` (None: not within the budget). `extra`:
+    overrides for the DAPO arms."""
     job, over = ARMS[arm]
+    if job == DAPO_JOB:
+        over = [*over, *extra]
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         t0 = time.time()
@@ -141,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=DEFAULT_ARMS)
     ap.add_argument("--task", choices=sorted(TASKS), default="cartpole")
     ap.add_argument("--target", type=float, default=None, help="default: the task's")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="overrides for every DAPO arm (e.g. gossip.neighbor_count=1)")
     args = ap.parse_args(argv)
     task, default_target = TASKS[args.task]
     args.target = default_target if args.target is None else args.target
@@ -149,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     rows: dict[str, list[dict]] = {a: [] for a in args.arms}
     for seed in args.seeds:
         for arm in args.arms:  # interleaved: a drifting machine load hits every arm alike
-            r = run_arm(arm, seed, args.target, task)
+            r = run_arm(arm, seed, args.target, task, args.set)
             rows[arm].append(r)
             print(f"{arm:<11}{seed:>5}{fmt(r['first_steps']):>13}{fmt(r['all_steps']):>12}"
                   f"{fmt(r['first_s'], '.1f'):>9}{fmt(r['all_s'], '.1f'):>8}"

@@ -259,7 +259,7 @@ class Gossip:
     # reward_softmax: parameter pulls alone, mixed uniformly or by reward
     mixing: Literal["async", "gradients", "exact", "uniform",
                     "reward_softmax"] = "async"  # what is averaged, how
-    # async: a neighbour's gradient more than this many updates behind ours is dropped
+    # async: a neighbour's gradient that waited through more of our updates is dropped
     grad_staleness: int = 2
 
     round_deadline_s: float = 0.0  # gradients, exact: a round waits this long; 0: heartbeats

@@ -55,8 +55,8 @@ def _build(cfg: Environment) -> Any:
         return None
     try:
         obj = load_object(cfg.id, "environment.id")
-    except ValueError as e:
-        raise AgentEnvError(str(e)) from None
+    except ValueError:  # gymnasium's "module:Name-v0", or an id envs.make explains
+        return None
     if isinstance(obj, type) and issubclass(obj, gym.Env):
         return None
     try:

@@ -9,9 +9,9 @@ since its last step, as AD-PSGD averages with whoever has answered (Lian et al.
 2018), one step delayed: what a neighbour computed while we computed ours is
 used at our next step. What arrives waits in a bounded queue
 (`max_queue_size`, best `priority_fn` first: the most recent, or the pushes of
-peers with the best recent return); a gradient from a peer more than
-`grad_staleness` updates behind this one is dropped, and the others count
-1 / (1 + how many updates behind they are). Parameters stay close through the
+peers with the best recent return); a gradient that has waited through more
+than `grad_staleness` of this peer's updates is dropped, and the others count
+1 / (1 + the updates it waited through). Parameters stay close through the
 pull exchanges every `update_interval` updates and the mixes every
 `sync_interval` (`node.py`); a peer far behind its neighbours (a restart, a
 stall) adopts the freshest parameters it received instead of mixing.
@@ -44,7 +44,7 @@ class Arrived:
     """A neighbour's gradient, decoded, and when it came."""
 
     src: str
-    update: int  # the sender's update when it computed it
+    update: int  # the receiver's update when it came
     reward: float
     grad: np.ndarray
     at: float  # time.monotonic() on arrival
@@ -105,6 +105,8 @@ class AsyncGradMixer:
         used = 0
         now = time.monotonic()
         for a in came:
+            # how many of our updates passed since it came: the sender's own update
+            # number says nothing of that, as peers update at their own pace
             gap = self.update - a.update
             if gap > self.G.grad_staleness:
                 self.stats["grad_stale_dropped"] += 1
@@ -146,7 +148,7 @@ class AsyncGradMixer:
                 self.stats["grad_pushes_refused"] += 1
                 self.node.wire_stats.reject(src, wire.WireError(f"gradient push refused: {e}"))
             return
-        a = Arrived(src, msg.round, reward, grad, time.monotonic(),
+        a = Arrived(src, self.update, reward, grad, time.monotonic(),
                     float(msg.scalars.get("sent", 0.0)))
         self.stats["grad_received"] += 1
         with self.lock:

@@ -267,9 +267,10 @@ class Gossip:
     # async, pull mixing: a in theta <- (1 - a) theta + a sum_j w_j theta_j
     mix_rate: float = 0.5
     # async, pull mixing: received parameters older than this many updates are not mixed
-    # in, and a peer this far behind a neighbour's params adopts them instead
+    # in, and a peer that fell this far further behind a neighbour since its last mix
+    # adopts the neighbour's params instead
     staleness_updates: int = 50
-    # what travels: gradients (async, gradients) and parameter deltas (pulls) as fp16,
+    # what travels: gradients (async) and parameter deltas (pulls) as fp16,
     # 2-bit TernGrad, 1-bit signs with error feedback (gradients only), or the largest
     compression: Literal["none", "fp16", "terngrad", "sign", "topk_delta"] = "none"
     topk_fraction: float = 0.05  # compression = "topk_delta": the share of entries sent

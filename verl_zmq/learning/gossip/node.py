@@ -67,6 +67,8 @@ class GossipNode:
         self.grng = np.random.default_rng(job.experiment.seed * 7919 + index)
         self.round = 0
         self.last_round = self.last_sync = 0
+        # per neighbour, how far its params were ahead of ours at our last mix
+        self.ahead: dict[str, int] = {}
         self.stats = dict.fromkeys(("exchanges", "pulls", "pulls_skipped", "mixes", "adopted",
                                     "refused", "timeouts", "stale_dropped"), 0)
         self._fp_cache: tuple[tuple[int, float], str] = ((-1, 0.0), "")
@@ -283,8 +285,13 @@ class GossipNode:
             return
         own = self.own_arrays()
         newest = max(fresh, key=lambda e: e.version)
-        if self.trainer.algo.updates == 0 or \
-                newest.version - self.trainer.state.version > G.staleness_updates:
+        own_v = self.trainer.state.version
+        # fell behind since the last mix with it: a stall or a restart, not a steady
+        # difference of pace (peers' versions drift apart at their own speeds)
+        fell = newest.version - own_v - self.ahead.get(newest.src, newest.version - own_v)
+        for e in fresh:
+            self.ahead[e.src] = e.version - own_v
+        if self.trainer.algo.updates == 0 or fell > G.staleness_updates:
             # nothing learnt yet (a late joiner), or far behind its neighbours (a stall):
             # take the freshest neighbour's params outright, not a mix with stale ones
             new, how = (fresh[0] if self.trainer.algo.updates == 0 else newest).arrays, "adopted"

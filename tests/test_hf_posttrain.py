@@ -154,6 +154,9 @@ def test_lora_trains_adapters_against_the_model_without_them(tmp_path):
     assert any(not np.array_equal(arrays[k], after[k]) for k in arrays)
     learner.save_pretrained(tmp_path / "hf")  # merged: a plain model folder
     plain = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(tmp_path / "hf").padding_side == "left"
     ids = torch.tensor([[5, 6, 7, 8]])
     with torch.no_grad():
         want = learner.model(input_ids=ids).logits
@@ -215,7 +218,7 @@ def _folder_answers_as_the_learner(run: Path, work: Path) -> None:
     texts = [tok.apply_chat_template([{"role": "user", "content": r.messages[0][1]}],
                                      tokenize=False, add_generation_prompt=True)
              for r in enc.records[:32]]
-    tok.padding_side = "left"
+    assert tok.padding_side == "left"  # written into the folder: a plain batched call
     batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
     out = model.generate(**batch, do_sample=False, max_new_tokens=algo.settings.max_response_length,
                          pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
@@ -238,10 +241,25 @@ def test_a_bad_prompt_job_is_refused_naming_the_key(tmp_path):
             (["environment.kwargs.n=4"], "environment.kwargs.n: unknown"),
             ([f"environment.kwargs.train_files={tmp_path / 'bad.jsonl'}"],
              "row 0: column 'reward_model'"),
-            (["environment.kwargs.reward=no_such_module:fn"], "environment.kwargs.reward")]:
+            (["environment.kwargs.reward=no_such_module:fn"], "environment.kwargs.reward"),
+            # rows over max_prompt_length named before anything starts, with the fixes
+            (["environment.kwargs.max_prompt_length=12"],
+             "4 of 4 prompts are over max_prompt_length 12 (rows 0 (15 tokens)"),
+            (["environment.kwargs.max_prompt_length=60"],
+             "max_response_length 8 is over the model's 64 positions")]:
         problems = check_job(load_job(JOB, ok + sets), networks=False)
         assert any(words in p for p in problems), (sets, problems)
     assert check_job(load_job(JOB, ok), networks=False) == []
+    for fix in ("truncation=\"left\"", "filter_overlong_prompts=true"):
+        fixed = load_job(JOB, [*ok, "environment.kwargs.max_prompt_length=14",
+                               f"environment.kwargs.{fix}"])
+        assert check_job(fixed, networks=False) == []
+    from verl_zmq.seq.hf import char_tokenizer
+    from verl_zmq.seq.prompts import encode_prompts, prompt_settings
+
+    s = prompt_settings(fixed.environment.kwargs)
+    enc = encode_prompts(str(tmp_path / "t.jsonl"), char_tokenizer(), s)
+    assert 0 < len(enc.records) < 4 and all(len(i) <= 14 for i in enc.ids)  # the long left out
 
 
 def test_a_raising_or_hanging_scorer_is_counted_and_the_sampler_goes_on():

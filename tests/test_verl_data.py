@@ -172,6 +172,26 @@ def test_a_scorer_from_outside_the_package_returns_a_dict(tmp_path, monkeypatch)
         load_compute_score("my_scorer:nothing")
 
 
+def test_a_reward_given_as_a_file_path_as_verl_names_it(tmp_path, monkeypatch):
+    job = tmp_path / "myjob"
+    job.mkdir()
+    (job / "my_reward.py").write_text(SCORER + "\ndef other(ds, s, gt, extra=None):\n"
+                                      "    return 0.5\n")
+    monkeypatch.chdir(tmp_path)  # roles read relative paths from the folder they run in
+    fn = load_compute_score("myjob/my_reward.py")  # verl's path, its default name
+    assert score_response(fn, "openai/gsm8k", "so 7", "7").score == 1.0
+    named = load_compute_score("myjob/my_reward.py", name="other")  # verl's name
+    assert score_response(named, "x", "a", "b").score == 0.5
+    assert load_compute_score("myjob/my_reward.py:other")("x", "a", "b") == 0.5
+    with pytest.raises(ValueError, match="defines no function 'nothing'"):
+        load_compute_score("myjob/my_reward.py:nothing")
+    with pytest.raises(ValueError, match="no such file .* every host"):
+        load_compute_score("myjob/missing.py")
+    (job / "broken.py").write_text("import not_a_module_anywhere\n")
+    with pytest.raises(ValueError, match="broken.py'.*raised ModuleNotFoundError"):
+        load_compute_score("myjob/broken.py")
+
+
 def test_mean_at_n_per_data_source():
     results = [("gsm8k", 0, 1.0), ("gsm8k", 0, 0.0), ("gsm8k", 1, 1.0), ("gsm8k", 1, 1.0),
                ("math", 0, 0.0), ("math", 0, 0.0)]

@@ -158,18 +158,33 @@ def run(job_path, overrides, run_dir, no_env_check):
 @click.option("--stop-at-accuracy", type=float, default=None,
               help="Stop once greedy exact match on held-out prompts reaches this.")
 @click.option("--eval-every", default=50, show_default=True, help="Steps between evaluations.")
-def sft(job_path, overrides, out, steps, batch_prompts, lr, stop_at_accuracy, eval_every):
+@click.option("--response-key", default="reward_model.ground_truth", show_default=True,
+              help="A prompt file's column to train on, dotted into a dict (verl's "
+                   "response_key + response_dict_keys): extra_info.answer for GSM8K's "
+                   "worked solutions.")
+@click.option("--response-dict-keys", default="",
+              help="verl's spelling: the key inside --response-key's dict.")
+def sft(job_path, overrides, out, steps, batch_prompts, lr, stop_at_accuracy, eval_every,
+        response_key, response_dict_keys):
     """Warm-start JOB's policy on demonstrations of its sequence task; write --out."""
     import json
 
     job = _load(job_path, overrides)
     from .seq.sft import run_sft
 
+    extra = {}
+    key = f"{response_key}.{response_dict_keys}" if response_dict_keys else response_key
     if job.algorithm.policy.kind == "hf":  # a Hugging Face model: --out is a folder
         from .seq.hf_sft import run_hf_sft as run_sft
+
+        extra = {"response_key": key,
+                 "warn": lambda m: click.secho(f"warning: {m}", fg="yellow", err=True)}
+    elif key != "reward_model.ground_truth":
+        fail("--response-key: read for a Hugging Face model's prompt file alone "
+             "(algorithm.policy.kind = \"hf\")")
     try:
         r = run_sft(job, steps, out, batch_prompts, lr, stop_at_accuracy, eval_every,
-                    report=lambda row: click.echo(json.dumps(row)))
+                    report=lambda row: click.echo(json.dumps(row)), **extra)
     except ValueError as e:
         fail(str(e))
         raise

@@ -241,9 +241,27 @@ class GRPOParams(PPOParams):
     # fragments until the batch is full (at most `max_fill_batches` draws)
     filter_groups: bool = False
     max_fill_batches: int = 4  # see filter_groups
+    # the Hugging Face learner (kind = "hf") alone: a minibatch's forward and
+    # backward passes in micro-batches of this many responses (verl's
+    # ppo_micro_batch_size), or of at most this many prompt + response tokens
+    # (verl's use_dynamic_bsz with ppo_max_token_len_per_gpu); gradients are
+    # accumulated so that the step is the whole minibatch's. 0: one pass
+    micro_batch_size: int = 0
+    max_tokens_per_forward: int = 0  # see micro_batch_size
+    lr_warmup_steps: int = 0  # kind = "hf": updates of linear warm-up (verl's lr_warmup_steps)
 
     def drops_fragments(self) -> bool:
         return self.filter_groups
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        for key in ("micro_batch_size", "max_tokens_per_forward", "lr_warmup_steps"):
+            if getattr(self, key) < 0:
+                out.append(f"algorithm.params.{key}: must be 0 (off) or more")
+        if self.micro_batch_size and self.max_tokens_per_forward:
+            out.append("algorithm.params.micro_batch_size and max_tokens_per_forward: "
+                       "set one (responses per forward, or tokens per forward)")
+        return out
 
     def decoupled_clip(self) -> tuple[float, float]:
         return self.clip_low, self.clip_high

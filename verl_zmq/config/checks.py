@@ -213,6 +213,51 @@ def _check_algorithm(job: Job, source: str) -> None:
     p = job.algorithm.params
     for why in p.problems():
         raise ConfigError(f"{source}: {why}")
+    _check_hf_keys(job, source)
+
+
+# [algorithm.params] keys the Hugging Face learner (seq/hf_grpo.py) does not read: a
+# critic's, V-trace's, the recurrent and the single clip range (it clips with
+# clip_low and clip_high); the advantage's own keys are read by an estimator of
+# one's own alone (the built-in grouped estimators do not)
+HF_UNREAD = ("clip_range", "clip_schedule", "clip_range_vf", "vf_coef", "vtrace",
+             "vtrace_rho_bar", "vtrace_c_bar", "recurrence")
+HF_OWN_ESTIMATOR = ("gae_lambda", "normalize_advantage")
+# keys read by that learner alone (params and [algorithm.policy])
+HF_ONLY = ("micro_batch_size", "max_tokens_per_forward", "lr_warmup_steps")
+HF_ONLY_POLICY = ("gradient_checkpointing", "dtype")
+
+
+def _check_hf_keys(job: Job, source: str) -> None:
+    """Every key a job sets is read: a key the learner at hand ignores is refused."""
+    from .sections import Policy
+
+    p, pol = job.algorithm.params, job.algorithm.policy
+    default = type(p)()
+    changed = {f.name for f in dataclasses.fields(p)
+               if getattr(p, f.name) != getattr(default, f.name)}
+    if pol.kind != "hf":
+        own = Policy()
+        for key in HF_ONLY_POLICY:
+            if getattr(pol, key) != getattr(own, key):
+                raise ConfigError(f"{source}: algorithm.policy.{key}: read for a Hugging Face "
+                                  f"model alone (kind = \"hf\"); remove it")
+        for key in HF_ONLY:
+            if key in changed:
+                raise ConfigError(f"{source}: algorithm.params.{key}: read by the Hugging Face "
+                                  f"learner alone (algorithm.policy.kind = \"hf\"); remove it")
+        return
+    unread = list(HF_UNREAD)
+    if ":" not in getattr(p, "adv_estimator", ""):
+        unread += HF_OWN_ESTIMATOR
+    for key in unread:
+        if key in changed:
+            why = ("it clips with clip_low and clip_high" if key.startswith("clip_range")
+                   or key == "clip_schedule" else "it has no critic, V-trace or recurrence"
+                   if key not in HF_OWN_ESTIMATOR else
+                   "the built-in estimators do not read it (an adv_estimator of your own may)")
+            raise ConfigError(f"{source}: algorithm.params.{key}: the Hugging Face learner "
+                              f"does not read it ({why}); remove it")
 
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

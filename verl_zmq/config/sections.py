@@ -141,8 +141,15 @@ class Policy:
     # adapters only, and the reference is the model with its adapters disabled
     lora_rank: int = 0
     lora_alpha: int = 16  # LoRA scaling: the adapters' output times lora_alpha / lora_rank
-    # modules given adapters (names as the model calls them)
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+    # modules given adapters (names as the model calls them), or "all-linear" (verl's
+    # default: every linear layer but the output head)
+    target_modules: list[str] | str = field(default_factory=lambda: ["q_proj", "v_proj"])
+    # kind = "hf": recompute activations in the backward pass (verl's
+    # enable_gradient_checkpointing): less memory for a second forward's time
+    gradient_checkpointing: bool = False
+    # kind = "hf": the weights' dtype on the learner and the samplers ("bfloat16":
+    # half the memory, and parameters travel to samplers as bfloat16)
+    dtype: Literal["float32", "bfloat16"] = "float32"
 
 
 @dataclass(frozen=True)

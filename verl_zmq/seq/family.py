@@ -55,10 +55,20 @@ class PromptFiles:
                 except DataError as e:
                     problems.append(f"environment.kwargs.{key}: {e}")
         try:
-            load_compute_score(s.reward, "environment.kwargs.reward")
+            load_compute_score(s.reward, "environment.kwargs.reward", s.reward_name)
         except ValueError as e:
             problems.append(str(e))
-        return problems
+        if problems:
+            return problems
+        from .hf import load_tokenizer, model_positions
+        from .prompts import length_problems
+
+        pol = job.algorithm.policy
+        try:
+            tok = load_tokenizer(pol)
+        except (ValueError, OSError) as e:
+            return [f"algorithm.policy.tokenizer: {e}"]
+        return length_problems(s, tok, model_positions(pol))
 
     def collector(self, job: Any, algo: Any, worker: int, workers: int) -> Any:
         from .generate import GenerateCollector

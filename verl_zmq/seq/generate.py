@@ -67,8 +67,9 @@ class Scorer:
     call in a worker thread, bounded by `timeout_s` (a hung scorer is counted and
     left behind; the sampler goes on)."""
 
-    def __init__(self, path: str, on_error: str, timeout_s: float = 10.0):
-        self.fn = load_compute_score(path, "environment.kwargs.reward")
+    def __init__(self, path: str, on_error: str, timeout_s: float = 10.0,
+                 name: str = "compute_score"):
+        self.fn = load_compute_score(path, "environment.kwargs.reward", name)
         self.on_error = on_error
         self.timeout_s = timeout_s
         self.reward_errors = 0
@@ -111,7 +112,7 @@ class GenerateCollector:
         self.records, self.ids = enc.records, enc.ids
         self.deck = PromptDeck(len(self.records), worker, workers, job.experiment.seed)
         # what the role reports (reward_errors) and closes
-        self.venv = Scorer(s.reward, s.on_error, s.reward_timeout_s)
+        self.venv = Scorer(s.reward, s.on_error, s.reward_timeout_s, s.reward_name)
         self.version = 0
         self.pending: tuple[int, dict] | None = None
         self.steps = 0  # fragment rows generated (a row: one token slot of every response)

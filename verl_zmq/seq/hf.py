@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 __all__ = ["Sampling", "build_model", "char_tokenizer", "generate", "load_tokenizer",
-           "pad_left", "response_logprobs"]
+           "pad_left", "response_logprobs", "response_logprobs_entropy"]
 
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>"
                  "{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}")
@@ -86,10 +86,11 @@ def build_model(policy: Any, tok: Any) -> Any:
 
     hf_logging.disable_progress_bar()  # a role's stderr is a log, not a terminal
 
+    dtype = getattr(torch, getattr(policy, "dtype", "float32"))
     if policy.path:
         if not Path(policy.path).is_dir():
             raise ValueError(f"algorithm.policy.path: {policy.path!r} is not a local folder")
-        model = AutoModelForCausalLM.from_pretrained(policy.path, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(policy.path, dtype=dtype)
     else:
         cfg = dict(policy.config)
         model_type = cfg.pop("model_type", None)
@@ -103,14 +104,55 @@ def build_model(policy: Any, tok: Any) -> Any:
                                         eos_token_id=tok.eos_token_id, **cfg)
         except (ValueError, TypeError) as e:
             raise ValueError(f"algorithm.policy.config: {e}") from None
-        model = AutoModelForCausalLM.from_config(conf)
+        model = AutoModelForCausalLM.from_config(conf).to(dtype)
+    if getattr(policy, "gradient_checkpointing", False):
+        # checkpointing runs in training mode alone (transformers' rule): dropout is
+        # turned off instead, so that training mode computes what eval mode does
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+        for key in ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop",
+                    "hidden_dropout", "dropout"):
+            if isinstance(getattr(model.config, key, None), float):
+                setattr(model.config, key, 0.0)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if policy.lora_rank > 0:
         from peft import LoraConfig, get_peft_model
 
+        targets = policy.target_modules
         model = get_peft_model(model, LoraConfig(
             r=policy.lora_rank, lora_alpha=policy.lora_alpha, lora_dropout=0.0,
-            target_modules=list(policy.target_modules) or None, task_type="CAUSAL_LM"))
+            target_modules=targets if isinstance(targets, str) else (list(targets) or None),
+            task_type="CAUSAL_LM"))
     return model.eval()
+
+
+def model_positions(policy: Any) -> int | None:
+    """How many positions the job's model has (`max_position_embeddings`, or GPT-2's
+    `n_positions`), read from its config alone; None where it says none."""
+    conf: dict[str, Any] = dict(policy.config)
+    if policy.path:
+        import json
+
+        try:
+            conf = json.loads((Path(policy.path) / "config.json").read_text())
+        except (OSError, ValueError):
+            return None
+    for key in ("max_position_embeddings", "n_positions"):
+        if isinstance(conf.get(key), int):
+            return int(conf[key])
+    if not policy.path and conf.get("model_type"):  # the model type's default
+        from transformers import AutoConfig
+
+        try:
+            model_type = conf.pop("model_type")
+            built = AutoConfig.for_model(model_type, **conf)
+        except (ValueError, TypeError):
+            return None
+        for key in ("max_position_embeddings", "n_positions"):
+            if isinstance(getattr(built, key, None), int):
+                return int(getattr(built, key))
+    return None
 
 
 def pad_left(rows: Sequence[Sequence[int]], pad: int, width: int | None = None
@@ -132,6 +174,17 @@ def response_logprobs(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tenso
     """log pi(response token | everything before it) [N, R] for left-padded prompts
     [N, P] and right-padded responses [N, R] (0 where `response_mask` is 0), in
     one forward pass; differentiable."""
+    return response_logprobs_entropy(model, prompt, prompt_mask, response, response_mask,
+                                     temperature, entropy=False)[0]
+
+
+def response_logprobs_entropy(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor,
+                              response: torch.Tensor, response_mask: torch.Tensor,
+                              temperature: float = 1.0, entropy: bool = True
+                              ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`response_logprobs`, and with `entropy` the entropy [N, R] of the
+    temperature's distribution at each response position (differentiable: an
+    entropy bonus); the entropy costs one more [N, R, vocab] tensor."""
     dev = _device(model)  # the model's device (a learner's GPU); the result stays there
     response_mask = response_mask.to(dev)
     ids = torch.cat([prompt.to(dev), response.to(dev)], 1)
@@ -142,7 +195,8 @@ def response_logprobs(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tenso
                    use_cache=False).logits[:, P - 1:-1]
     logp = torch.log_softmax(logits.float() / temperature, -1)
     out = logp.gather(-1, response.unsqueeze(-1)).squeeze(-1)
-    return out * response_mask
+    ent = -(logp.exp() * logp).sum(-1) * response_mask if entropy else None
+    return out * response_mask, ent
 
 
 @dataclass(frozen=True)

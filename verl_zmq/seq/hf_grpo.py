@@ -26,7 +26,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..algos.base import START, Algorithm, FragmentFilter, Learned, Progress, adam
+from ..algos.base import (
+    START,
+    Algorithm,
+    FragmentFilter,
+    Learned,
+    Progress,
+    adam,
+    clip_grad_norm,
+    scheduled,
+)
 from ..algos.core import (
     ADVANTAGE_ESTIMATORS,
     AGGREGATIONS,
@@ -38,7 +47,7 @@ from ..algos.core import (
 )
 from ..algos.grouped import response_stats, responses  # noqa: F401  (registers estimators)
 from ..algos.grpo import keep_groups
-from ..algos.update import clip_stats, kl_loss, kl_to_reference, optimiser_step
+from ..algos.update import clip_stats, kl_loss, kl_to_reference
 from ..batch import PROMPT, episodes
 from ..config import GRPOParams
 from .data import PromptRecord
@@ -51,6 +60,7 @@ from .hf import (
     named_arrays,
     pad_left,
     response_logprobs,
+    response_logprobs_entropy,
 )
 from .prompts import encode_prompts, prompt_settings
 from .scoring import load_compute_score, mean_at_n, score_response
@@ -105,6 +115,7 @@ class HFGRPO(Algorithm[GRPOParams]):
         self.tok = load_tokenizer(pol)
         self.model = build_model(pol, self.tok).to(self.device)
         self.lora = pol.lora_rank > 0
+        self.checkpointing = pol.gradient_checkpointing
         self.vocab = int(self.model.get_output_embeddings().weight.shape[0])
         self.pad = int(self.tok.pad_token_id)
         self.eos = int(self.tok.eos_token_id)
@@ -142,12 +153,17 @@ class HFGRPO(Algorithm[GRPOParams]):
 
     def save_pretrained(self, folder: Path) -> None:
         """A Hugging Face folder that `AutoModelForCausalLM.from_pretrained` loads:
-        weights (safetensors), config, tokenizer and chat template; with LoRA the
-        adapters merged into a copy of the model."""
+        weights (safetensors), config, tokenizer (padding on the left) and chat
+        template; with LoRA the adapters merged into a copy of the model."""
         model = self.model
         if self.lora:
             model = copy.deepcopy(model).merge_and_unload()
+        if model.dtype != torch.float32:  # the folder is read as it was trained
+            model.config.torch_dtype = model.dtype
         model.save_pretrained(folder, safe_serialization=True)
+        # left padding written into tokenizer_config.json: a plain batched `generate`
+        # from this folder reads prompts as the samplers and the evaluator do
+        self.tok.init_kwargs["padding_side"] = "left"
         self.tok.save_pretrained(folder)
 
     def _reference(self) -> contextlib.AbstractContextManager[Any]:
@@ -180,7 +196,7 @@ class HFGRPO(Algorithm[GRPOParams]):
         records, ids = self._val
         n = limit or s.val_prompts or len(records)
         records, ids = records[:n], ids[:n]
-        score_fn = load_compute_score(s.reward, "environment.kwargs.reward")
+        score_fn = load_compute_score(s.reward, "environment.kwargs.reward", s.reward_name)
         greedy = s.val_n == 1
         sampling = Sampling(n=s.val_n, temperature=s.temperature, top_p=s.top_p,
                             top_k=s.top_k, max_new_tokens=s.max_response_length,
@@ -223,9 +239,10 @@ class HFGRPO(Algorithm[GRPOParams]):
                                         self.filter_stats)
 
     def _logprobs(self, prompt: torch.Tensor, pmask: torch.Tensor, resp: torch.Tensor,
-                  rmask: torch.Tensor) -> torch.Tensor:
-        return response_logprobs(self.model, prompt, pmask, resp, rmask,
-                                 self.settings.temperature)
+                  rmask: torch.Tensor, entropy: bool = False
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return response_logprobs_entropy(self.model, prompt, pmask, resp, rmask,
+                                         self.settings.temperature, entropy)
 
     def _minibatches(self, counted: np.ndarray, tokens: np.ndarray) -> Iterator[np.ndarray]:
         """Shuffled responses (those counted), about `minibatch_size` tokens each."""
@@ -272,45 +289,117 @@ class HFGRPO(Algorithm[GRPOParams]):
                       learn=(valid & counted[None]).T, counted=counted,
                       stats={**stats, **est.stats})
 
+    def _micro(self, r: _Batch, idx: np.ndarray) -> list[np.ndarray]:
+        """A minibatch's responses in the forward passes it is computed in: one, or
+        `micro_batch_size` responses each, or at most `max_tokens_per_forward`
+        prompt + response tokens each (at least one response)."""
+        p = self.params
+        if p.micro_batch_size:
+            return [idx[lo:lo + p.micro_batch_size]
+                    for lo in range(0, len(idx), p.micro_batch_size)]
+        if not p.max_tokens_per_forward:
+            return [idx]
+        tokens = (r.pmask[idx].sum(1) + r.rmask[idx].sum(1)).tolist()
+        out: list[list[int]] = [[]]
+        used = 0
+        for i, n in zip(idx.tolist(), tokens, strict=True):
+            if out[-1] and used + n > p.max_tokens_per_forward:
+                out.append([])
+                used = 0
+            out[-1].append(i)
+            used += n
+        return [np.asarray(o, np.int64) for o in out]
+
     def _step(self, r: _Batch, idx: np.ndarray, params: list[torch.Tensor]
               ) -> dict[str, float]:
-        """One optimiser step on the responses `idx`; its statistics."""
+        """One optimiser step on the responses `idx`, computed in micro-batches whose
+        gradients add up to the whole minibatch's: each micro-batch's loss is
+        weighed by its share of what the aggregation averages over (tokens for
+        token-mean, responses otherwise); its statistics."""
         p = self.params
         low, high = p.clip_low, p.clip_high
-        m = self.to_device(r.learn[idx])
-        at = torch.as_tensor(idx).to(self.device)
-        with self.autocast():  # forward pass and loss; backward and step in float32
-            new = self._logprobs(r.prompt[idx], r.pmask[idx], r.resp[idx], r.rmask[idx])
-            mb = {"seq": at[:, None].expand_as(m)[m]}
-            new_f, old_f, adv_f = new[m], r.old[at][m], r.adv[at][m]
-            pg, ratio = self.policy_loss_fn(new_f, old_f, adv_f, low, high, p.clip_ratio_c)
-            loss = self.aggregate(pg, mb, self.horizon)
-            stats: dict[str, Any] = {"losses/policy_loss": loss.detach()}
-            if r.ref is not None and p.kl_in == "loss":
-                loss = loss + kl_loss(self.kl_fn, self.aggregate, self.kl_ctl, new_f,
-                                      r.ref[at][m], mb, self.horizon, stats)
-        stats["losses/grad_norm"] = optimiser_step(self.opt, loss, params, p.max_grad_norm)
-        stats |= clip_stats(new_f, old_f, ratio, low, high, verl_names=True)
-        return {k: float(v) for k, v in stats.items()}
+        per_token = p.loss_agg in ("token-mean", "step-mean")
+        learn = r.learn[idx]
+        whole = float(learn.sum() if per_token else learn.any(1).sum())
+        self.opt.zero_grad(set_to_none=True)
+        totals: dict[str, torch.Tensor] = {}
+        seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        for mi in self._micro(r, idx):
+            ml = r.learn[mi]
+            share = float(ml.sum() if per_token else ml.any(1).sum()) / max(whole, 1.0)
+            if share == 0:
+                continue  # nothing learned from these responses
+            m = self.to_device(ml)
+            at = torch.as_tensor(mi).to(self.device)
+            with self.autocast():  # forward pass and loss; backward and step in float32
+                new, ent = self._logprobs(r.prompt[mi], r.pmask[mi], r.resp[mi],
+                                          r.rmask[mi], p.ent_coef > 0)
+                mb = {"seq": at[:, None].expand_as(m)[m]}
+                new_f, old_f, adv_f = new[m], r.old[at][m], r.adv[at][m]
+                pg, ratio = self.policy_loss_fn(new_f, old_f, adv_f, low, high, p.clip_ratio_c)
+                loss = self.aggregate(pg, mb, self.horizon)
+                stats: dict[str, Any] = {"losses/policy_loss": loss.detach()}
+                if ent is not None:  # verl's entropy_coeff: a bonus on the same aggregation
+                    entropy = self.aggregate(ent[m], mb, self.horizon)
+                    stats["losses/entropy"] = stats["actor/entropy"] = entropy.detach()
+                    loss = loss - p.ent_coef * entropy
+                if r.ref is not None and p.kl_in == "loss":
+                    loss = loss + kl_loss(self.kl_fn, self.aggregate, self.kl_ctl, new_f,
+                                          r.ref[at][m], mb, self.horizon, stats)
+            (loss * share).backward()  # type: ignore[no-untyped-call]
+            for k, v in stats.items():
+                totals[k] = totals.get(k, 0.0) + v * share
+            seen.append((new_f.detach(), old_f, ratio.detach()))
+        if not seen:
+            return {}
+        norm = clip_grad_norm(params, p.max_grad_norm)
+        self.opt.step()
+        new_f, old_f, ratio = (torch.cat(t) for t in zip(*seen, strict=True))
+        totals["losses/grad_norm"] = norm
+        totals |= clip_stats(new_f, old_f, ratio, low, high, verl_names=True)
+        return {k: float(v) for k, v in totals.items()}
+
+    def _lr(self, at: Progress) -> float:
+        """The step size of this update: `lr_schedule` over the budget, after
+        `lr_warmup_steps` updates of linear warm-up."""
+        p = self.params
+        lr = scheduled(p.learning_rate, p.lr_schedule, at.fraction)
+        if p.lr_warmup_steps:
+            lr *= min(1.0, (self.updates + 1) / p.lr_warmup_steps)
+        return lr
 
     def learn(self, batch: Arrays, at: Progress = START) -> Learned:
         p = self.params
+        lr = self._lr(at)
         for g in self.opt.param_groups:
-            g["lr"] = p.learning_rate
+            g["lr"] = lr
         r = self._prepare(batch)
         sums: dict[str, float] = {}
         count = 0
         params = [t for t in self.model.parameters() if t.requires_grad]
-        self.model.train(False)  # dropout stays off: the samplers' log-probs had none
+        # dropout stays off: the samplers' log-probs had none (with gradient
+        # checkpointing, which runs in training mode alone, build_model zeroed it)
+        self.model.train(self.checkpointing)
+        stop = False
         for _ in range(p.n_epochs):
             for idx in self._minibatches(r.counted, r.learn.sum(1)):
-                for k, v in self._step(r, idx, params).items():
+                got = self._step(r, idx, params)
+                for k, v in got.items():
                     sums[k] = sums.get(k, 0.0) + v
                 count += 1
+                # PPO's early stop (SB3's rule): the update moved too far from the
+                # behaviour policy
+                if p.target_kl and got.get("losses/approx_kl", 0.0) > 1.5 * p.target_kl:
+                    stop = True
+                    break
+            if stop:
+                break
+        self.model.train(False)
         self.updates += 1
         out = {k: v / max(count, 1) for k, v in sums.items()}
-        out["charts/learning_rate"] = p.learning_rate
+        out["charts/learning_rate"] = lr
         out["charts/batch_steps"] = float(r.learn.sum())
+        out["losses/minibatch_steps"] = float(count)
         if r.ref is not None:
             out["actor/kl_coef"] = self.kl_ctl.value
             self.kl_ctl.update(r.stats.get("charts/kl_ref", 0.0), int(r.counted.sum()))

@@ -1,8 +1,10 @@
 """Supervised warm start of a Hugging Face model on a prompt file: each record's
-prompt (chat template, generation prompt) followed by its ground truth and the
-end token, trained by cross-entropy on the response tokens only; validated by
-greedy exact match on the val file; written as a Hugging Face folder that a GRPO
-job's `algorithm.policy.path` names (its initial and reference policy)."""
+prompt (chat template, generation prompt) followed by its response (the ground
+truth, or the column `response_key` names, as verl's SFT reads
+`extra_info.answer`) and the end token, trained by cross-entropy on the response
+tokens only; validated by greedy exact match on the val file; written as a
+Hugging Face folder that a GRPO job's `algorithm.policy.path` names (its initial
+and reference policy)."""
 
 from __future__ import annotations
 
@@ -19,28 +21,83 @@ from .hf import pad_left
 __all__ = ["run_hf_sft"]
 
 
-def _pairs(algo: Any) -> tuple[list[list[int]], list[list[int]]]:
+RESPONSE_KEY = "reward_model.ground_truth"
+
+
+def response_texts(path: str, key: str) -> list[str]:
+    """Each row's SFT response from column `key` of the file, dotted into nested
+    dicts (verl's `response_key` with `response_dict_keys`: "extra_info.answer");
+    a ValueError naming the file, the row and the key where a row lacks it."""
+    from .data import _rows
+
+    out = []
+    for i, row in enumerate(_rows(Path(path))):
+        v: Any = row
+        for part in key.split("."):
+            if not isinstance(v, dict) or part not in v or v[part] is None:
+                raise ValueError(f"{path}: row {i}: no {key!r} (the SFT response column: "
+                                 f"--response-key names it, dotted into a dict, e.g. "
+                                 f"extra_info.answer)")
+            v = v[part]
+        out.append(str(v))
+    return out
+
+
+def _pairs(algo: Any, response_key: str) -> tuple[list[list[int]], list[list[int]], list[str]]:
     from .prompts import encode_prompts
 
     s = algo.settings
     enc = encode_prompts(s.train_files, algo.tok, s)
-    answers = [algo.tok(r.ground_truth, add_special_tokens=False).input_ids[
-        :s.max_response_length - 1] + [algo.eos] for r in enc.records]
-    return enc.ids, answers
+    texts = response_texts(s.train_files, response_key)
+    answers = [algo.tok(t, add_special_tokens=False).input_ids[
+        :s.max_response_length - 1] + [algo.eos] for t in texts]
+    return enc.ids, answers, texts
+
+
+def scorable(algo: Any, texts: list[str], sample: int = 200) -> float:
+    """The mean score, under the job's reward, of the SFT responses themselves (the
+    first `sample` rows): what a model that learned them exactly would score."""
+    from .data import read_prompts
+    from .scoring import load_compute_score, score_response
+
+    s = algo.settings
+    fn = load_compute_score(s.reward, "environment.kwargs.reward", s.reward_name)
+    records = read_prompts(s.train_files)[:sample]
+    got = []
+    for r, text in zip(records, texts, strict=False):
+        try:
+            got.append(score_response(fn, r.data_source, text, r.ground_truth,
+                                      r.extra_info).score)
+        except Exception:  # a user's scorer: a failure scores 0, as in the samplers
+            got.append(0.0)
+    return float(np.mean(got)) if got else 0.0
 
 
 def run_hf_sft(job: Any, steps: int, out: str, batch_prompts: int = 64, lr: float = 1e-3,
                stop_at_accuracy: float | None = None, eval_every: int = 50,
-               report: Callable[[dict], None] | None = None) -> Any:
-    """Train the job's model on its train file's answers for `steps` steps (or until
-    greedy accuracy on the val file reaches `stop_at_accuracy`); write the folder."""
+               report: Callable[[dict], None] | None = None,
+               response_key: str = RESPONSE_KEY,
+               warn: Callable[[str], None] | None = None) -> Any:
+    """Train the job's model on its train file's responses (`response_key`: the
+    ground truth, or e.g. the worked solution `extra_info.answer`) for `steps`
+    steps (or until greedy accuracy on the val file reaches `stop_at_accuracy`);
+    write the folder. `warn` hears when the responses themselves score low under
+    the job's reward: a model that learns them would too."""
     from ..algos import make_algorithm
     from ..envs.make import env_spec
     from .sft import SFTResult
 
     torch.manual_seed(job.experiment.seed)
     algo = make_algorithm(job, env_spec(job.environment))
-    prompts, answers = _pairs(algo)
+    prompts, answers, texts = _pairs(algo, response_key)
+    ceiling = scorable(algo, texts)
+    if warn is not None and ceiling < 0.5:
+        reward = algo.settings.reward or "the built-in scorer by data source"
+        warn(f"the SFT responses ({response_key}) score {ceiling:.2f} on average under the "
+             f"job's reward ({reward}): a model that learns them will score about that. "
+             f"GSM8K's strict rule wants a worked solution ending in '#### N': train on it "
+             f"(--response-key extra_info.answer, where verl's preprocessing keeps it), or "
+             f"choose a reward that scores these responses")
     model = algo.model
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     rng = np.random.default_rng(job.experiment.seed)

@@ -23,7 +23,7 @@ import numpy as np
 from .data import PromptRecord, chat_prompt, epoch_share, fit_prompt, read_prompts
 
 __all__ = ["PROMPTS_ID", "PromptDeck", "PromptSettings", "encode_prompts", "is_prompt_env",
-           "prompt_settings"]
+           "length_problems", "prompt_lengths", "prompt_settings"]
 
 PROMPTS_ID = "verl/Prompts-v0"
 PROMPT = "prompt"  # the fragment's per-response column of prompt token ids
@@ -38,18 +38,24 @@ class PromptSettings:
     """`environment.kwargs` of a prompt job, in verl's names (`data.*` and
     `actor_rollout_ref.rollout.*`): the files, the lengths, how a long prompt is
     cut, the scorer (`reward`: "" built in by data source, "gsm8k",
-    "exact_match", or `module:compute_score`), what a failed score counts as, and
+    "exact_match", `module:compute_score`, or a file, `my_reward.py` with
+    `reward_name`, or `my_reward.py:fn`), what a failed score counts as, and
     the sampling of responses (`group_size` is rollout `n`)."""
 
     train_files: str = ""
     val_files: str = ""
     reward: str = ""
+    # a reward file's function (verl's custom_reward_function.name)
+    reward_name: str = "compute_score"
     on_error: str = "zero"
     reward_timeout_s: float = 10.0  # a scorer call that takes longer is counted, scored as on_error
     group_size: int = 8
     max_prompt_length: int = 64
     max_response_length: int = 32
     truncation: str = "error"
+    # verl's filter_overlong_prompts: a prompt over max_prompt_length is left out of
+    # the deck (counted in the log) instead of refused or cut
+    filter_overlong_prompts: bool = False
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -69,7 +75,7 @@ def prompt_settings(kwargs: Mapping[str, Any], where: str = "environment.kwargs"
         want = type(known[k].default)
         if want is float and isinstance(v, int) and not isinstance(v, bool):
             v = float(v)
-        if not isinstance(v, want) or isinstance(v, bool):
+        if not isinstance(v, want) or (isinstance(v, bool) and want is not bool):
             raise ValueError(f"{where}.{k}: expected {want.__name__}, got {v!r}")
         out[k] = v
     s = PromptSettings(**out)
@@ -98,17 +104,58 @@ class Encoded:
     ids: list[list[int]]
 
 
-def encode_prompts(path: str, tok: Any, s: PromptSettings) -> Encoded:
-    """Every record of `path` with its chat made a prompt (the tokenizer's chat
-    template, generation prompt added) and fitted to `max_prompt_length`."""
+def prompt_lengths(path: str, tok: Any) -> tuple[list[PromptRecord], list[list[int]]]:
+    """Every record of `path` and its prompt's token ids (the tokenizer's chat
+    template, generation prompt added), uncut."""
     records = read_prompts(path)
-    ids = []
-    for r in records:
-        text = chat_prompt(r.messages, tok)
-        toks = tok(text, add_special_tokens=False).input_ids
+    ids = [tok(chat_prompt(r.messages, tok), add_special_tokens=False).input_ids
+           for r in records]
+    return records, ids
+
+
+def encode_prompts(path: str, tok: Any, s: PromptSettings) -> Encoded:
+    """Every record of `path` with its chat made a prompt and fitted to
+    `max_prompt_length` (cut, refused, or with `filter_overlong_prompts` left out)."""
+    records, raw = prompt_lengths(path, tok)
+    kept, ids = [], []
+    for r, toks in zip(records, raw, strict=True):
+        if s.filter_overlong_prompts and len(toks) > s.max_prompt_length:
+            continue
+        kept.append(r)
         ids.append(fit_prompt(toks, s.max_prompt_length, s.truncation,
                               f"{path}: row {r.row}"))
-    return Encoded(records, ids)
+    if not kept:
+        raise ValueError(f"{path}: every prompt is over max_prompt_length "
+                         f"{s.max_prompt_length} and filter_overlong_prompts leaves none")
+    return Encoded(kept, ids)
+
+
+def length_problems(s: PromptSettings, tok: Any, positions: int | None) -> list[str]:
+    """What the files' prompts would break at run time, named before it starts:
+    rows over `max_prompt_length` (where nothing cuts or filters them), and prompt
+    plus response beyond the model's `positions`."""
+    out = []
+    if positions is not None and s.max_prompt_length + s.max_response_length > positions:
+        out.append(f"environment.kwargs: max_prompt_length {s.max_prompt_length} + "
+                   f"max_response_length {s.max_response_length} is over the model's "
+                   f"{positions} positions (max_position_embeddings): shorten them")
+    if s.truncation != "error" or s.filter_overlong_prompts:
+        return out
+    for key in ("train_files", "val_files"):
+        path = getattr(s, key)
+        if not path:
+            continue
+        records, ids = prompt_lengths(path, tok)
+        over = [(r.row, len(t)) for r, t in zip(records, ids, strict=True)
+                if len(t) > s.max_prompt_length]
+        if over:
+            rows = ", ".join(f"{row} ({n} tokens)" for row, n in over[:5])
+            out.append(f"environment.kwargs.{key}: {path}: {len(over)} of {len(records)} "
+                       f"prompts are over max_prompt_length {s.max_prompt_length} (rows "
+                       f"{rows}{', ...' if len(over) > 5 else ''}; the longest "
+                       f"{max(n for _, n in over)}): raise max_prompt_length, or set "
+                       f"truncation = \"left\" / \"right\" or filter_overlong_prompts = true")
+    return out
 
 
 class PromptDeck:

@@ -68,9 +68,13 @@ def default_compute_score(data_source: str, solution_str: str, ground_truth: Any
     return exact_match_score(solution_str, str(ground_truth))
 
 
-def load_compute_score(path: str, key: str = "algorithm.reward") -> ScoreFn:
+def load_compute_score(path: str, key: str = "algorithm.reward",
+                       name: str = "compute_score") -> ScoreFn:
     """The job's scorer: "" for the built-in one, "gsm8k" or "exact_match" for one
-    rule, or a `module:function` imported (never evaluated)."""
+    rule, a `module:function` imported (never evaluated), or as verl's
+    `custom_reward_function` names it, a Python file: `path/to/file.py` (its
+    function `name`) or `path/to/file.py:fn`. A relative file path is read from the
+    folder the role runs in, as the data files are."""
     builtin: dict[str, ScoreFn] = {
         "": default_compute_score,
         "gsm8k": lambda ds, s, gt, extra=None: gsm8k_score(s, str(gt)),
@@ -79,10 +83,44 @@ def load_compute_score(path: str, key: str = "algorithm.reward") -> ScoreFn:
     }
     if path in builtin:
         return builtin[path]
-    fn = load_object(path, key)
+    file, _, fn_name = path.partition(":") if ".py:" in path else (path, "", name)
+    fn = _from_file(file, fn_name, key) if file.endswith(".py") else load_object(path, key)
     if not callable(fn):
         raise ValueError(f"{key} {path!r} is not callable")
     return fn  # type: ignore[no-any-return]
+
+
+def _from_file(file: str, name: str, key: str) -> Any:
+    """Function `name` of the Python file `file`, run as a module of its own (the
+    way verl loads `custom_reward_function.path`)."""
+    import hashlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    where = Path(file)
+    if not where.is_file():
+        raise ValueError(f"{key} {file!r}: no such file (from {Path.cwd()}); a reward file "
+                         f"must exist at that path on every host that runs a sampler or "
+                         f"the evaluator, as the data files must")
+    # one module per file, under a name no import can collide with
+    mod_name = "_verl_reward_" + hashlib.sha1(str(where.resolve()).encode()).hexdigest()[:12]
+    module = sys.modules.get(mod_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(mod_name, where)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"{key} {file!r}: not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:  # the user's file: its error, named
+            raise ValueError(f"{key} {file!r}: loading it raised "
+                             f"{type(e).__name__}: {e}") from None
+        sys.modules[mod_name] = module
+    if not hasattr(module, name):
+        raise ValueError(f"{key} {file!r}: defines no function {name!r} (name another "
+                         f"with \"{file}:fn\" or environment.kwargs.reward_name)")
+    return getattr(module, name)
 
 
 @dataclass

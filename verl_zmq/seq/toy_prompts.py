@@ -16,7 +16,8 @@ __all__ = ["toy_rows", "write_prompts"]
 def toy_rows(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 4
              ) -> list[dict[str, Any]]:
     """`n` records of a toy task: "reverse" (data source `toy/reverse`, exact match)
-    or "add" (`gsm8k`: the answer after `#### `)."""
+    or "add" (`gsm8k`: the answer after `#### `); `extra_info.answer` is a
+    response the job's reward scores 1 (the worked solution for "add")."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
@@ -29,13 +30,18 @@ def toy_rows(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 4
             a, b = (int(x) for x in rng.integers(0, 10 ** min_len, 2))
             question, source = f"{a}+{b}=?", "gsm8k"
             truth = str(a + b)
+            # the worked solution, as GSM8K's answer column ends: what SFT trains on
+            answer = f"{a}+{b}={truth}\n#### {truth}"
         else:
             raise ValueError(f"toy task {task!r}: expected reverse or add")
         rows.append({"data_source": source,
                      "prompt": [{"role": "user", "content": question}],
                      "ability": task,
                      "reward_model": {"style": "rule", "ground_truth": truth},
-                     "extra_info": {"split": "toy", "index": i}})
+                     # verl's preprocessing keeps the question and the worked
+                     # solution here (`verl sft --response-key extra_info.answer`)
+                     "extra_info": {"split": "toy", "index": i, "question": question,
+                                    "answer": answer}})
     return rows
 
 

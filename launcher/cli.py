@@ -80,7 +80,8 @@ def kubernetes(job_path: str, overrides, out_dir: str | None, apply_k8s: bool) -
               help="Check the job and its env as a launch does and print the plan; start "
                    "nothing and contact no host.")
 @click.option("--resume", "resume", default=None, type=click.Path(file_okay=False),
-              help="Continue the run in this run folder (its job and hosts unless given).")
+              help="Continue the run in this run folder (its job and hosts unless given); "
+                   "`auto`: the newest checkpointed run of JOB, else a new run.")
 @click.option("--run-dir", default=None, type=click.Path(file_okay=False),
               help="Run folder (default runs/<name>/<stamp>).")
 @click.option("-o", "--output", "--out", "out_dir", default=None,

@@ -130,10 +130,40 @@ def preflight(job: Job, source: str, plan: Plan, overrides: Sequence[str] = (),
                               f"by SSH: {why}")
 
 
+def newest_run(job: Job, overrides: Sequence[str]) -> Path | None:
+    """The newest run folder of this job (runs_dir/<its run name>/) that started and
+    checkpointed: what `resume_mode = "auto"` and `--resume auto` continue."""
+    root = Path(job.experiment.runs_dir) / run_name(job, overrides)
+    runs = [d for d in root.glob("*") if (d / "plan.json").is_file()
+            and (d / "checkpoints" / "latest.pt").is_file()] if root.is_dir() else []
+    return max(runs, key=lambda d: (d.stat().st_mtime, d.name)) if runs else None
+
+
+def auto_resume(job_path: str | None, overrides: Sequence[str], resume: str | None,
+                run_dir: str | None) -> str | None:
+    """`--resume auto`, or `experiment.resume_mode = "auto"` with neither --resume nor
+    --run-dir: the newest run of the job to continue (said on the terminal), or None
+    for a new one."""
+    if resume not in (None, "auto") or (resume is None and run_dir) or job_path is None:
+        return resume
+    try:
+        job = load_job(job_path, overrides)
+    except ConfigError:
+        return None if resume == "auto" else resume  # load() reports it
+    if resume is None and job.experiment.resume_mode != "auto":
+        return None
+    found = newest_run(job, overrides)
+    said = (f"continuing {found}" if found else
+            f"no checkpointed run of this job under {job.experiment.runs_dir}, a new one")
+    print(f"resume: {said}", file=sys.stderr)
+    return str(found) if found else None
+
+
 def load(job_path: str | None, hosts_spec: str | None, overrides: Sequence[str],
          run_dir: str | None, resume: str | None, job: Job | None = None
          ) -> tuple[Job, Path, Plan]:
     """The job, its run folder and plan, or a LaunchError naming what is wrong."""
+    resume = auto_resume(job_path, overrides, resume, run_dir)
     try:
         if resume:
             if not (Path(resume) / "plan.json").exists():

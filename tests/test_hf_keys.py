@@ -218,7 +218,7 @@ def test_sft_trains_on_the_column_it_is_told_and_warns_when_it_cannot_score(tmp_
 def test_the_verl_mapping_table_names_keys_the_job_has():
     import re
 
-    from verl_zmq.config import Evaluation, Policy
+    from verl_zmq.config import Evaluation, Experiment, Policy
     from verl_zmq.seq.prompts import PromptSettings
 
     text = (Path(__file__).parents[1] / "docs" / "guides" / "post-training.md").read_text()
@@ -227,7 +227,8 @@ def test_the_verl_mapping_table_names_keys_the_job_has():
     known = {"kwargs": {f.name for f in dataclasses.fields(PromptSettings)},
              "params": {f.name for f in dataclasses.fields(GRPOParams)},
              "policy": {f.name for f in dataclasses.fields(Policy)},
-             "evaluation": {f.name for f in dataclasses.fields(Evaluation)}}
+             "evaluation": {f.name for f in dataclasses.fields(Evaluation)},
+             "experiment": {f.name for f in dataclasses.fields(Experiment)}}
     named = 0
     for row in rows:
         here = row.split(" | ")[1]
@@ -240,9 +241,39 @@ def test_the_verl_mapping_table_names_keys_the_job_has():
             if section == "environment":
                 continue  # [environment] id, a value of the env section
             where = {"algorithm.policy": "policy", "evaluation": "evaluation",
+                     "experiment": "experiment",
                      "kwargs": "kwargs", "algorithm.params": "params"}.get(
                 section or prefix or "", "")
             pools = [known[where]] if where else list(known.values())
             assert any(key in pool for pool in pools), f"{tok!r} in: {row[:80]}"
             named += 1
     assert named > 30
+
+
+def test_bf16_weights_travel_as_one_bucket_of_half_the_bytes():
+    from verl_zmq.algos import make_algorithm
+    from verl_zmq.envs.make import env_spec
+    from verl_zmq.seq.hf import BF16_BUCKET
+    from verl_zmq.wire.codec import decode, encode
+    from verl_zmq.wire.messages import Params
+
+    sets = ["environment.kwargs.train_files=unused.parquet", "algorithm.policy.dtype=\"bfloat16\""]
+    job = load_job(JOB, sets)
+    spec = env_spec(job.environment)
+    torch.manual_seed(0)
+    learner = make_algorithm(job, spec)
+    assert learner.model.dtype == torch.bfloat16
+    wire = learner.wire_arrays()
+    assert list(wire) == [BF16_BUCKET] and wire[BF16_BUCKET].dtype == np.uint16
+    named = learner.policy_arrays()  # checkpoints keep named float32 arrays
+    assert wire[BF16_BUCKET].nbytes * 2 == sum(a.nbytes for a in named.values())
+    frames = encode(Params(version=3, arrays=wire))
+    got = decode(frames)
+    torch.manual_seed(1)
+    sampler = make_algorithm(job, spec)  # other weights until it loads the bucket
+    sampler.load_policy_arrays(dict(got.arrays))
+    for (k, a), b in zip(learner.model.state_dict().items(),
+                         sampler.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), k
+    with pytest.raises(ValueError, match="this model takes"):
+        sampler.load_policy_arrays({BF16_BUCKET: wire[BF16_BUCKET][:-1]})

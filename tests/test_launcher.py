@@ -210,3 +210,34 @@ def test_a_warm_spare_let_go_unused_exits_quietly():
                        cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and not r.stdout and not r.stderr, (r.returncode, r.stderr)
+
+
+def test_resume_auto_picks_the_newest_checkpointed_run_of_the_job(tmp_path, capsys):
+    import os
+
+    from launcher.launch import auto_resume
+
+    job = tmp_path / "job.toml"
+    job.write_text((CONFIGS / "cartpole_ppo.toml").read_text())
+    runs = tmp_path / "runs"
+    sets = [f"experiment.runs_dir={runs}"]
+    assert auto_resume(str(job), sets, "auto", None) is None  # nothing yet: a new run
+    assert "a new one" in capsys.readouterr().err
+    for i, (stamp, checkpointed) in enumerate((("20261201-000000", True),
+                                               ("20261202-000000", True),
+                                               ("20261203-000000", False))):
+        rd = runs / "cartpole_ppo" / stamp
+        (rd / "checkpoints").mkdir(parents=True)
+        (rd / "plan.json").write_text("{}")
+        if checkpointed:
+            (rd / "checkpoints" / "latest.pt").write_bytes(b"")
+        os.utime(rd, (1_000_000 + i, 1_000_000 + i))
+    newest = runs / "cartpole_ppo" / "20261202-000000"  # the newest never checkpointed
+    assert auto_resume(str(job), sets, "auto", None) == str(newest)
+    assert f"continuing {newest}" in capsys.readouterr().err
+    # the job key does the same; without it, and with --run-dir, a launch starts anew
+    assert auto_resume(str(job), [*sets, "experiment.resume_mode=\"auto\""], None,
+                       None) == str(newest)
+    assert auto_resume(str(job), sets, None, None) is None
+    assert auto_resume(str(job), [*sets, "experiment.resume_mode=\"auto\""], None,
+                       str(tmp_path / "mine")) is None

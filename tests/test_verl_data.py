@@ -197,3 +197,23 @@ def test_mean_at_n_per_data_source():
                ("math", 0, 0.0), ("math", 0, 0.0)]
     assert mean_at_n(results) == {"val-core/gsm8k/acc/mean@2": 0.75,
                                   "val-core/math/acc/mean@2": 0.0}
+
+
+def test_several_train_files_and_verl_column_keys(tmp_path):
+    from verl_zmq.seq.prompts import prompt_settings
+
+    renamed = [{"chat": r["prompt"], "source": r["data_source"],
+                "reward_model": r["reward_model"]} for r in _rows()]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in renamed[:2]))
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in renamed[2:]))
+    files = [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    s = prompt_settings({"train_files": files, "prompt_key": "chat",
+                         "reward_fn_key": "source", "val_temperature": 0.6, "val_n": 4})
+    records = read_prompts(s.train_files, s.prompt_key, s.reward_fn_key)
+    assert [(r.file[-7:], r.row) for r in records] == [("a.jsonl", 0), ("a.jsonl", 1),
+                                                       ("b.jsonl", 0)]
+    assert records[2].data_source == "openai/gsm8k" and records[2].ground_truth == "1000"
+    with pytest.raises(DataError, match=r"a.jsonl: row 0: column 'data_source'"):
+        read_prompts(files)  # verl's default column names: not in these files
+    with pytest.raises(ValueError, match="train_files: expected a path or a list of paths"):
+        prompt_settings({"train_files": [str(tmp_path / "a.jsonl"), 3]})

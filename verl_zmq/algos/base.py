@@ -179,7 +179,7 @@ class Algorithm(ABC, Generic[P]):
         t = torch.as_tensor(np.asarray(x))
         if self.device.type == "cuda":
             return t.pin_memory().to(self.device, non_blocking=True)
-        return t
+        return t.to(self.device)  # a no-op on the CPU, where a device-path check sees it
 
     @property
     def traits(self) -> Traits:
@@ -254,6 +254,11 @@ class Algorithm(ABC, Generic[P]):
         the next update while a message holding it waits to be sent."""
         return {k: v.detach().to("cpu", copy=True).numpy()
                 for k, v in self.policy_module().state_dict().items()}
+
+    def wire_arrays(self) -> dict[str, np.ndarray]:
+        """What a params message carries to samplers and the evaluator (which load it
+        with `load_policy_arrays`): the policy's arrays, or a packed form of them."""
+        return self.policy_arrays()
 
     def load_policy_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         """Load published params; raises ValueError when names or shapes do not fit."""

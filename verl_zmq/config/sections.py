@@ -29,6 +29,9 @@ class Experiment:
     name: str = "verl"  # the run folder is runs_dir/name/<stamp>
     seed: int = 0  # seeds envs (with sampler and env index), networks, evaluation
     runs_dir: str = "runs"  # where run folders go (relative to the folder launched from)
+    # "auto" (verl's trainer.resume_mode): a launch continues the newest run of this
+    # job under runs_dir that has a checkpoint, else starts a new one; "disable": new
+    resume_mode: Literal["disable", "auto"] = "disable"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ multi-agent job (`multiagent.policies.NAME.fixed`, `multiagent.references`):
 `connect_four_lookahead` plays PettingZoo's Connect Four (`connect_four_v3`)
 one move deep: it wins when it can, blocks the opponent's winning move when it
 must, and otherwise plays a legal column at random (seeded by the board, so a
-position is always answered alike)."""
+position is always answered alike). `connect_four_greedy` wins when it can and
+never blocks."""
 
 from __future__ import annotations
 
@@ -39,9 +40,21 @@ def _wins(pieces: np.ndarray, r: int, c: int) -> bool:
 
 def connect_four_lookahead(obs: Any, agent: str) -> int:
     """Win now if possible, else block the opponent's win, else a random legal move."""
+    return _one_move_deep(obs, (0, 1))
+
+
+def connect_four_greedy(obs: Any, agent: str) -> int:
+    """Win now if possible, else a random legal move: it never blocks (a sparring
+    partner that punishes a three left open, unlike a random player)."""
+    return _one_move_deep(obs, (0,))
+
+
+def _one_move_deep(obs: Any, whose: tuple[int, ...]) -> int:
+    """The first move that completes four for `whose` (0: mine, 1: the
+    opponent's, to block), else a legal column at random, seeded by the board."""
     board = np.asarray(obs["observation"])  # [6, 7, 2]: mine, the opponent's
     legal = np.flatnonzero(np.asarray(obs["action_mask"]))
-    for who in (0, 1):  # my winning move first, then the one to block
+    for who in whose:  # my winning move first, then the one to block
         for col in legal:
             r = _drop(board, int(col))
             if r < 0:

@@ -110,7 +110,7 @@ class Trainer:
         if E.normalize_reward and self.algo.on_policy:
             batch = scale_rewards(batch, self.ret_rms, self.algo.params.gamma, E.clip_reward)
         if self.held is None and self.read_during_updates:
-            self.held = self.algo.policy_arrays()
+            self.held = self.algo.wire_arrays()
         t0 = time.monotonic()
         self.updating = True
         try:
@@ -137,7 +137,7 @@ class Trainer:
         answering a pull), and the live weights would be a mix of two versions
         under the older one's number."""
         if not self.updating:
-            self.held = self.algo.policy_arrays()
+            self.held = self.algo.wire_arrays()
         assert self.held is not None, "arrays asked for during an update: set read_during_updates"
         out = dict(self.held)
         if self.job.environment.normalize_obs:

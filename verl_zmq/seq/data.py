@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DataError", "PromptRecord", "chat_prompt", "epoch_share", "fit_prompt",
+__all__ = ["DataError", "PromptRecord", "chat_prompt", "epoch_share", "files_of", "fit_prompt",
            "read_prompts"]
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -43,6 +43,7 @@ class PromptRecord:
     ability: str = ""
     extra_info: dict[str, Any] = field(default_factory=dict)
     row: int = 0
+    file: str = ""  # the file it was read from (a job may name several)
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -73,25 +74,26 @@ def _rows(path: Path) -> list[dict[str, Any]]:
     raise DataError(f"{path}: expected a .parquet or .jsonl file")
 
 
-def _record(path: Path, i: int, row: Any) -> PromptRecord:
+def _record(path: Path, i: int, row: Any, prompt_key: str = "prompt",
+            reward_fn_key: str = "data_source") -> PromptRecord:
     def bad(column: str, expected: str) -> DataError:
         return DataError(f"{path}: row {i}: column {column!r}: expected {expected}")
 
     if not isinstance(row, dict):
         raise DataError(f"{path}: row {i}: expected a record (a JSON object)")
-    source = row.get("data_source")
+    source = row.get(reward_fn_key)
     if not isinstance(source, str) or not source:
-        raise bad("data_source", "a non-empty string")
-    chat = row.get("prompt")
+        raise bad(reward_fn_key, "a non-empty string")
+    chat = row.get(prompt_key)
     if isinstance(chat, str):  # a bare prompt: one user turn
         chat = [{"role": "user", "content": chat}]
     if not isinstance(chat, list | tuple) or not chat:
-        raise bad("prompt", "a non-empty list of {role, content} messages")
+        raise bad(prompt_key, "a non-empty list of {role, content} messages")
     messages = []
     for m in chat:
         if not (isinstance(m, dict) and m.get("role") in ROLES
                 and isinstance(m.get("content"), str)):
-            raise bad("prompt", f"messages with a role ({', '.join(ROLES)}) and a string "
+            raise bad(prompt_key, f"messages with a role ({', '.join(ROLES)}) and a string "
                                 f"content, got {str(m)[:60]}")
         messages.append((m["role"], m["content"]))
     rm = row.get("reward_model")
@@ -101,18 +103,28 @@ def _record(path: Path, i: int, row: Any) -> PromptRecord:
     if not isinstance(extra, dict):
         raise bad("extra_info", "a record")
     return PromptRecord(source, tuple(messages), str(rm["ground_truth"]),
-                        str(row.get("ability") or ""), extra, i)
+                        str(row.get("ability") or ""), extra, i, str(path))
 
 
-def read_prompts(path: str | Path) -> list[PromptRecord]:
-    """Every record of a prompt file; a DataError on the first bad row."""
+def read_prompts(path: str | Path | Sequence[str], prompt_key: str = "prompt",
+                 reward_fn_key: str = "data_source") -> list[PromptRecord]:
+    """Every record of a prompt file, or of several in order (verl's list of
+    train files); the chat from column `prompt_key` and the scorer's data source
+    from `reward_fn_key` (verl's names for them); a DataError on the first bad row."""
+    if not isinstance(path, str | Path):
+        return [r for one in path for r in read_prompts(one, prompt_key, reward_fn_key)]
     p = Path(path)
     if not p.is_file():
         raise DataError(f"{p}: no such file")
-    records = [_record(p, i, row) for i, row in enumerate(_rows(p))]
+    records = [_record(p, i, row, prompt_key, reward_fn_key) for i, row in enumerate(_rows(p))]
     if not records:
         raise DataError(f"{p}: no records")
     return records
+
+
+def files_of(value: str | Sequence[str]) -> list[str]:
+    """A job's `train_files` or `val_files`: one path, or a list of them."""
+    return [value] if isinstance(value, str) else list(value)
 
 
 def chat_prompt(messages: Sequence[tuple[str, str]], tokenizer: Any = None) -> str:

@@ -51,7 +51,7 @@ class PromptFiles:
             path = getattr(s, key)
             if path:
                 try:
-                    read_prompts(path)
+                    read_prompts(path, s.prompt_key, s.reward_fn_key)
                 except DataError as e:
                     problems.append(f"environment.kwargs.{key}: {e}")
         try:

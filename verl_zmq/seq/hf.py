@@ -280,11 +280,42 @@ def named_arrays(model: Any, adapters_only: bool) -> dict[str, Any]:
     return {k: v.detach().to("cpu", torch.float32, copy=True).numpy() for k, v in sd.items()}
 
 
+BF16_BUCKET = "bf16_bucket"
+
+
+def _wired(model: Any, adapters_only: bool) -> dict[str, torch.Tensor]:
+    sd = model.state_dict()
+    return {k: v for k, v in sd.items() if "lora_" in k} if adapters_only else sd
+
+
+def bf16_bucket(model: Any, adapters_only: bool) -> dict[str, Any]:
+    """The weights `named_arrays` would carry as one flat bfloat16 bucket (its bits
+    as uint16: the wire's dtypes have no bfloat16), in the model's state-dict
+    order: half the bytes of float32, one frame instead of one per tensor."""
+    flat = torch.cat([v.detach().to("cpu", torch.bfloat16).reshape(-1)
+                      for v in _wired(model, adapters_only).values()])
+    return {BF16_BUCKET: flat.view(torch.int16).numpy().view("<u2").copy()}
+
+
 def load_named_arrays(model: Any, arrays: Mapping[str, Any], adapters_only: bool) -> None:
-    """Load `named_arrays` into a model of the same shape; ValueError when they do
-    not fit."""
+    """Load `named_arrays` (or a `bf16_bucket`) into a model of the same shape;
+    ValueError when they do not fit."""
     import numpy as np
 
+    if BF16_BUCKET in arrays:
+        own_w = _wired(model, adapters_only)
+        bits = np.asarray(arrays[BF16_BUCKET])
+        need = sum(v.numel() for v in own_w.values())
+        if bits.dtype != np.uint16 or bits.ndim != 1 or bits.size != need:
+            raise ValueError(f"params {BF16_BUCKET}: {bits.size} {bits.dtype} values, this "
+                             f"model takes {need} bfloat16")
+        flat = torch.from_numpy(bits.astype(np.int16, copy=False)).view(torch.bfloat16)
+        with torch.no_grad():
+            at = 0
+            for v in own_w.values():
+                v.copy_(flat[at:at + v.numel()].view(v.shape))
+                at += v.numel()
+        return
     own = model.state_dict()
     names = [k for k in own if "lora_" in k] if adapters_only else list(own)
     missing = [k for k in names if k not in arrays]

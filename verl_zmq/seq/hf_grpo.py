@@ -53,6 +53,7 @@ from ..config import GRPOParams
 from .data import PromptRecord
 from .hf import (
     Sampling,
+    bf16_bucket,
     build_model,
     generate,
     load_named_arrays,
@@ -148,6 +149,12 @@ class HFGRPO(Algorithm[GRPOParams]):
     def policy_arrays(self) -> dict[str, np.ndarray]:
         return named_arrays(self.model, self.lora)
 
+    def wire_arrays(self) -> dict[str, np.ndarray]:
+        """bfloat16 weights (`dtype = "bfloat16"`) travel as one bfloat16 bucket."""
+        if self.model.dtype == torch.bfloat16:
+            return bf16_bucket(self.model, self.lora)
+        return self.policy_arrays()
+
     def load_policy_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         load_named_arrays(self.model, arrays, self.lora)
 
@@ -198,7 +205,8 @@ class HFGRPO(Algorithm[GRPOParams]):
         records, ids = records[:n], ids[:n]
         score_fn = load_compute_score(s.reward, "environment.kwargs.reward", s.reward_name)
         greedy = s.val_n == 1
-        sampling = Sampling(n=s.val_n, temperature=s.temperature, top_p=s.top_p,
+        sampling = Sampling(n=s.val_n, temperature=s.val_temperature or s.temperature,
+                            top_p=s.top_p,
                             top_k=s.top_k, max_new_tokens=s.max_response_length,
                             greedy=greedy)
         results: list[tuple[str, int, float]] = []

@@ -24,12 +24,16 @@ __all__ = ["run_hf_sft"]
 RESPONSE_KEY = "reward_model.ground_truth"
 
 
-def response_texts(path: str, key: str) -> list[str]:
-    """Each row's SFT response from column `key` of the file, dotted into nested
-    dicts (verl's `response_key` with `response_dict_keys`: "extra_info.answer");
-    a ValueError naming the file, the row and the key where a row lacks it."""
-    from .data import _rows
+def response_texts(path: str | list[str], key: str) -> list[str]:
+    """Each row's SFT response from column `key` of the file (or files, in order),
+    dotted into nested dicts (verl's `response_key` with `response_dict_keys`:
+    "extra_info.answer"); a ValueError naming the file, the row and the key where a
+    row lacks it."""
+    from .data import _rows, files_of
 
+    if len(files_of(path)) > 1:
+        return [t for one in files_of(path) for t in response_texts(one, key)]
+    path = files_of(path)[0]
     out = []
     for i, row in enumerate(_rows(Path(path))):
         v: Any = row
@@ -62,7 +66,7 @@ def scorable(algo: Any, texts: list[str], sample: int = 200) -> float:
 
     s = algo.settings
     fn = load_compute_score(s.reward, "environment.kwargs.reward", s.reward_name)
-    records = read_prompts(s.train_files)[:sample]
+    records = read_prompts(s.train_files, s.prompt_key, s.reward_fn_key)[:sample]
     got = []
     for r, text in zip(records, texts, strict=False):
         try:

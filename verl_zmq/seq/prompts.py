@@ -20,7 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from .data import PromptRecord, chat_prompt, epoch_share, fit_prompt, read_prompts
+from .data import (
+    PromptRecord,
+    chat_prompt,
+    epoch_share,
+    files_of,
+    fit_prompt,
+    read_prompts,
+)
 
 __all__ = ["PROMPTS_ID", "PromptDeck", "PromptSettings", "encode_prompts", "is_prompt_env",
            "length_problems", "prompt_lengths", "prompt_settings"]
@@ -42,8 +49,10 @@ class PromptSettings:
     `reward_name`, or `my_reward.py:fn`), what a failed score counts as, and
     the sampling of responses (`group_size` is rollout `n`)."""
 
-    train_files: str = ""
-    val_files: str = ""
+    train_files: str | list[str] = ""  # a file, or a list of them read in order
+    val_files: str | list[str] = ""  # see train_files
+    prompt_key: str = "prompt"  # the column of the chat (verl's data.prompt_key)
+    reward_fn_key: str = "data_source"  # the column that picks the scorer (verl's)
     reward: str = ""
     # a reward file's function (verl's custom_reward_function.name)
     reward_name: str = "compute_score"
@@ -60,6 +69,7 @@ class PromptSettings:
     top_p: float = 1.0
     top_k: int = 0
     val_n: int = 1  # responses per val prompt: greedy when 1 (mean@1), sampled otherwise
+    val_temperature: float = 0.0  # val_n > 1: the val responses' temperature (0: temperature)
     val_prompts: int = 0  # 0: all of the val file
 
 
@@ -75,10 +85,21 @@ def prompt_settings(kwargs: Mapping[str, Any], where: str = "environment.kwargs"
         want = type(known[k].default)
         if want is float and isinstance(v, int) and not isinstance(v, bool):
             v = float(v)
+        if k in ("train_files", "val_files") and isinstance(v, list | tuple):
+            if not all(isinstance(x, str) and x for x in v) or not v:
+                raise ValueError(f"{where}.{k}: expected a path or a list of paths, got {v!r}")
+            out[k] = list(v)
+            continue
         if not isinstance(v, want) or (isinstance(v, bool) and want is not bool):
             raise ValueError(f"{where}.{k}: expected {want.__name__}, got {v!r}")
         out[k] = v
     s = PromptSettings(**out)
+    _check_values(s, where)
+    return s
+
+
+def _check_values(s: PromptSettings, where: str) -> None:
+    """ValueError naming the first setting out of its range."""
     if not s.train_files:
         raise ValueError(f"{where}.train_files: {PROMPTS_ID} needs a prompt file "
                          f"(.parquet or .jsonl in verl's columns)")
@@ -89,11 +110,12 @@ def prompt_settings(kwargs: Mapping[str, Any], where: str = "environment.kwargs"
     for k in ("group_size", "max_prompt_length", "max_response_length", "val_n"):
         if getattr(s, k) < 1:
             raise ValueError(f"{where}.{k}: must be at least 1")
+    if s.val_temperature < 0:
+        raise ValueError(f"{where}.val_temperature: 0 (the rollout's temperature) or more")
     if s.reward_timeout_s <= 0:
         raise ValueError(f"{where}.reward_timeout_s: must be positive")
     if s.temperature <= 0 or not 0 < s.top_p <= 1 or s.top_k < 0:
         raise ValueError(f"{where}: temperature > 0, 0 < top_p <= 1 and top_k >= 0 expected")
-    return s
 
 
 @dataclass(frozen=True)
@@ -104,26 +126,29 @@ class Encoded:
     ids: list[list[int]]
 
 
-def prompt_lengths(path: str, tok: Any) -> tuple[list[PromptRecord], list[list[int]]]:
-    """Every record of `path` and its prompt's token ids (the tokenizer's chat
-    template, generation prompt added), uncut."""
-    records = read_prompts(path)
+def prompt_lengths(path: str | list[str], tok: Any, s: PromptSettings | None = None
+                   ) -> tuple[list[PromptRecord], list[list[int]]]:
+    """Every record of `path` (one file or several) and its prompt's token ids (the
+    tokenizer's chat template, generation prompt added), uncut."""
+    keys = (s.prompt_key, s.reward_fn_key) if s is not None else ("prompt", "data_source")
+    records = read_prompts(path, *keys)
     ids = [tok(chat_prompt(r.messages, tok), add_special_tokens=False).input_ids
            for r in records]
     return records, ids
 
 
-def encode_prompts(path: str, tok: Any, s: PromptSettings) -> Encoded:
-    """Every record of `path` with its chat made a prompt and fitted to
-    `max_prompt_length` (cut, refused, or with `filter_overlong_prompts` left out)."""
-    records, raw = prompt_lengths(path, tok)
+def encode_prompts(path: str | list[str], tok: Any, s: PromptSettings) -> Encoded:
+    """Every record of `path` (one file or several) with its chat made a prompt and
+    fitted to `max_prompt_length` (cut, refused, or with `filter_overlong_prompts`
+    left out)."""
+    records, raw = prompt_lengths(path, tok, s)
     kept, ids = [], []
     for r, toks in zip(records, raw, strict=True):
         if s.filter_overlong_prompts and len(toks) > s.max_prompt_length:
             continue
         kept.append(r)
         ids.append(fit_prompt(toks, s.max_prompt_length, s.truncation,
-                              f"{path}: row {r.row}"))
+                              f"{r.file}: row {r.row}"))
     if not kept:
         raise ValueError(f"{path}: every prompt is over max_prompt_length "
                          f"{s.max_prompt_length} and filter_overlong_prompts leaves none")
@@ -142,13 +167,12 @@ def length_problems(s: PromptSettings, tok: Any, positions: int | None) -> list[
     if s.truncation != "error" or s.filter_overlong_prompts:
         return out
     for key in ("train_files", "val_files"):
-        path = getattr(s, key)
-        if not path:
-            continue
-        records, ids = prompt_lengths(path, tok)
-        over = [(r.row, len(t)) for r, t in zip(records, ids, strict=True)
-                if len(t) > s.max_prompt_length]
-        if over:
+        for path in files_of(getattr(s, key)) if getattr(s, key) else []:
+            records, ids = prompt_lengths(path, tok, s)
+            over = [(r.row, len(t)) for r, t in zip(records, ids, strict=True)
+                    if len(t) > s.max_prompt_length]
+            if not over:
+                continue
             rows = ", ".join(f"{row} ({n} tokens)" for row, n in over[:5])
             out.append(f"environment.kwargs.{key}: {path}: {len(over)} of {len(records)} "
                        f"prompts are over max_prompt_length {s.max_prompt_length} (rows "

@@ -17,6 +17,40 @@ import time
 T_START = time.time()
 
 
+def stop_callback(base: type, a: argparse.Namespace, accuracy, state: dict):  # noqa: ANN001
+    """A TRL callback: evaluations every `a.eval_every` steps (their time counted
+    apart), a stop at the target, the tokens generated."""
+
+    class Stop(base):
+        def on_step_end(self, args, st, control, model=None, **kw):  # noqa: ANN001
+            if st.global_step == 1:
+                state["first_step_t"] = time.time()
+            if st.global_step % a.eval_every == 0:
+                e0 = time.time()
+                acc = accuracy(model)
+                # the evaluation blocks training here (ours runs in its own process):
+                # its time is taken out of the timed span
+                state["eval_s"] += time.time() - e0
+                state["acc"] = acc
+                print(json.dumps({"event": "eval", "step": st.global_step, "t": time.time(),
+                                  "acc": acc}), flush=True)
+                if acc >= a.target and state["reached_t"] is None:
+                    state["reached_t"] = time.time()
+                    state["reached_step"] = st.global_step
+                    state["eval_s_at_reach"] = state["eval_s"]
+                    control.should_training_stop = True
+            return control
+
+        def on_train_begin(self, args, st, control, **kw):  # noqa: ANN001
+            state["train_begin_t"] = time.time()
+            return control
+
+        def on_log(self, args, st, control, logs=None, **kw):  # noqa: ANN001
+            if logs and "completions/mean_length" in logs:  # one log per step
+                state["tokens"] += float(logs["completions/mean_length"]) * a.prompts * a.group
+    return Stop
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     for k in ("model", "train", "val", "scorer", "out"):
@@ -46,6 +80,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    imported_t = time.time()  # reported apart: TRL's imports are not its training
     torch.set_num_threads(a.threads)
     module, _, name = a.scorer.partition(":")
     score_fn = getattr(importlib.import_module(module), name)
@@ -92,23 +127,10 @@ def main() -> None:
         m.train(was)
         return hits / len(val)
 
-    state = {"reached_t": None, "acc": None, "tokens": 0.0}
+    state = {"reached_t": None, "acc": None, "tokens": 0.0, "eval_s": 0.0,
+             "reached_step": None, "eval_s_at_reach": None}
 
-    class Stop(TrainerCallback):
-        def on_step_end(self, args, st, control, model=None, **kw):  # noqa: ANN001
-            if st.global_step % a.eval_every == 0:
-                acc = accuracy(model)
-                state["acc"] = acc
-                print(json.dumps({"event": "eval", "step": st.global_step, "t": time.time(),
-                                  "acc": acc}), flush=True)
-                if acc >= a.target and state["reached_t"] is None:
-                    state["reached_t"] = time.time()
-                    control.should_training_stop = True
-            return control
-
-        def on_log(self, args, st, control, logs=None, **kw):  # noqa: ANN001
-            if logs and "completions/mean_length" in logs:  # one log per step
-                state["tokens"] += float(logs["completions/mean_length"]) * a.prompts * a.group
+    Stop = stop_callback(TrainerCallback, a, accuracy, state)
 
     cfg = GRPOConfig(output_dir=a.out, learning_rate=a.lr, lr_scheduler_type="constant",
                      per_device_train_batch_size=a.prompts * a.group,
@@ -124,7 +146,11 @@ def main() -> None:
     trainer.train()
     train_s = time.time() - t0
     final = state["acc"] if state["acc"] is not None else accuracy(trainer.model)
-    print(json.dumps({"event": "done", "start_t": T_START, "reached_t": state["reached_t"],
+    print(json.dumps({"event": "done", "start_t": T_START, "imported_t": imported_t,
+                      "train_begin_t": state.get("train_begin_t", t0),
+                      "first_step_t": state.get("first_step_t"),
+                      "reached_t": state["reached_t"], "reached_step": state["reached_step"],
+                      "eval_s_at_reach": state["eval_s_at_reach"], "eval_s": state["eval_s"],
                       "steps": trainer.state.global_step, "final": final,
                       "tokens": state["tokens"], "train_s": round(train_s, 2)}), flush=True)
 

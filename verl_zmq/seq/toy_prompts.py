@@ -1,6 +1,7 @@
 """Toy prompt files in verl's columns, written offline (no data set can be
 downloaded where tests and benchmarks run): reverse a string of digits, or
-add two numbers in GSM8K's answer format (`#### N`). `verl data` writes them."""
+add two numbers in GSM8K's answer format (`#### N`), or one-step word problems
+in GSM8K's style with worked solutions. `verl data` writes them."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ __all__ = ["toy_rows", "write_prompts"]
 
 def toy_rows(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 4
              ) -> list[dict[str, Any]]:
-    """`n` records of a toy task: "reverse" (data source `toy/reverse`, exact match)
-    or "add" (`gsm8k`: the answer after `#### `); `extra_info.answer` is a
-    response the job's reward scores 1 (the worked solution for "add")."""
+    """`n` records of a toy task: "reverse" (data source `toy/reverse`, exact match),
+    "add" (`gsm8k`: the answer after `#### `), or "gsm8k" (one-step word problems
+    with verl's GSM8K instruction, data source `openai/gsm8k`); `extra_info.answer`
+    is a response the job's reward scores 1 (the worked solution for the last two)."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
@@ -32,8 +34,12 @@ def toy_rows(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 4
             truth = str(a + b)
             # the worked solution, as GSM8K's answer column ends: what SFT trains on
             answer = f"{a}+{b}={truth}\n#### {truth}"
+        elif task == "gsm8k":
+            question, answer, truth = _word_problem(rng, min_len)
+            source = "openai/gsm8k"
+            question += " " + GSM8K_INSTRUCTION
         else:
-            raise ValueError(f"toy task {task!r}: expected reverse or add")
+            raise ValueError(f"toy task {task!r}: expected reverse, add or gsm8k")
         rows.append({"data_source": source,
                      "prompt": [{"role": "user", "content": question}],
                      "ability": task,
@@ -43,6 +49,30 @@ def toy_rows(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 4
                      "extra_info": {"split": "toy", "index": i, "question": question,
                                     "answer": answer}})
     return rows
+
+
+# what verl's examples/data_preprocess/gsm8k.py appends to every question
+GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+_NAMES = ("Tom", "Ann", "Sam", "Mia", "Leo", "Ivy")
+
+
+def _word_problem(rng: np.random.Generator, digits: int) -> tuple[str, str, str]:
+    """A one-step word problem in GSM8K's style: the question, a worked solution
+    ending in `#### N`, and N."""
+    a, b = (int(x) for x in rng.integers(1, 10 ** digits, 2))
+    name = _NAMES[int(rng.integers(len(_NAMES)))]
+    kind = int(rng.integers(3))
+    if kind == 0:
+        q = f"{name} has {a} apples and buys {b} more. How many apples does {name} have?"
+        n, work = a + b, f"{name} has {a} + {b} = {a + b} apples."
+    elif kind == 1:
+        a, b = max(a, b), min(a, b)
+        q = f"{name} had {a} marbles and gave away {b}. How many marbles are left?"
+        n, work = a - b, f"{a} - {b} = {a - b} marbles are left."
+    else:
+        q = f"A pen costs {a} dollars. How much do {b} pens cost?"
+        n, work = a * b, f"{b} pens cost {b} * {a} = {a * b} dollars."
+    return q, f"{work}\n#### {n}", str(n)
 
 
 def write_prompts(path: str | Path, rows: list[dict[str, Any]]) -> Path:

@@ -277,3 +277,20 @@ def test_bf16_weights_travel_as_one_bucket_of_half_the_bytes():
         assert torch.equal(a, b), k
     with pytest.raises(ValueError, match="this model takes"):
         sampler.load_policy_arrays({BF16_BUCKET: wire[BF16_BUCKET][:-1]})
+
+
+def test_sft_responses_stay_with_their_prompts_when_long_prompts_are_filtered(tmp_path):
+    from verl_zmq.algos import make_algorithm
+    from verl_zmq.envs.make import env_spec
+    from verl_zmq.seq.hf_sft import _pairs
+    from verl_zmq.seq.toy_prompts import toy_rows, write_prompts
+
+    rows = toy_rows("reverse", 12, seed=0, min_len=3, max_len=6)
+    write_prompts(tmp_path / "t.jsonl", rows)
+    job = load_job(JOB, [f"environment.kwargs.train_files={tmp_path / 't.jsonl'}",
+                         "environment.kwargs.val_files=", "environment.kwargs.max_prompt_length=14",
+                         "environment.kwargs.filter_overlong_prompts=true"])
+    _, _, texts, records = _pairs(make_algorithm(job, env_spec(job.environment)),
+                                  "extra_info.answer")
+    assert 0 < len(records) < 12  # some prompts left out
+    assert texts == [rows[r.row]["extra_info"]["answer"] for r in records]

@@ -69,13 +69,16 @@ GOSSIP_READS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _check_gossip(job: Job, source: str) -> None:
-    from .sections import Gossip
+def _changed(section: object) -> list[str]:
+    """The keys of a section (a dataclass) set to other than their defaults."""
+    default = type(section)()
+    return [f.name for f in dataclasses.fields(section)  # type: ignore[arg-type]
+            if getattr(section, f.name) != getattr(default, f.name)]
 
-    g, default = job.gossip, Gossip()
-    changed = [f.name for f in dataclasses.fields(g)
-               if f.name not in ("mixing", "share_batch")
-               and getattr(g, f.name) != getattr(default, f.name)]
+
+def _check_gossip(job: Job, source: str) -> None:
+    g = job.gossip
+    changed = [k for k in _changed(g) if k not in ("mixing", "share_batch")]
     if not job.traits.decentralised:
         return  # the section is read by decentralised peers alone
     reads = GOSSIP_READS[g.mixing]
@@ -230,18 +233,13 @@ HF_ONLY_POLICY = ("gradient_checkpointing", "dtype")
 
 def _check_hf_keys(job: Job, source: str) -> None:
     """Every key a job sets is read: a key the learner at hand ignores is refused."""
-    from .sections import Policy
-
     p, pol = job.algorithm.params, job.algorithm.policy
-    default = type(p)()
-    changed = {f.name for f in dataclasses.fields(p)
-               if getattr(p, f.name) != getattr(default, f.name)}
+    changed = set(_changed(p))
     if pol.kind != "hf":
-        own = Policy()
-        for key in HF_ONLY_POLICY:
-            if getattr(pol, key) != getattr(own, key):
-                raise ConfigError(f"{source}: algorithm.policy.{key}: read for a Hugging Face "
-                                  f"model alone (kind = \"hf\"); remove it")
+        set_here = _changed(pol)
+        for key in (k for k in HF_ONLY_POLICY if k in set_here):
+            raise ConfigError(f"{source}: algorithm.policy.{key}: read for a Hugging Face "
+                              f"model alone (kind = \"hf\"); remove it")
         for key in HF_ONLY:
             if key in changed:
                 raise ConfigError(f"{source}: algorithm.params.{key}: read by the Hugging Face "

@@ -271,9 +271,7 @@ def _device(model: Any) -> torch.device:
 def named_arrays(model: Any, adapters_only: bool) -> dict[str, Any]:
     """The model's weights as numpy arrays by name: all of them, or with LoRA only
     the adapters (what changes; the base stays as every copy loaded it)."""
-    sd = model.state_dict()
-    if adapters_only:
-        sd = {k: v for k, v in sd.items() if "lora_" in k}
+    sd = _wired(model, adapters_only)
     # copies (also of float32 weights on the CPU, which `.float().cpu()` would
     # return as they are): a message holding them may wait to be sent while the
     # next update changes the model

@@ -47,28 +47,32 @@ def response_texts(path: str | list[str], key: str) -> list[str]:
     return out
 
 
-def _pairs(algo: Any, response_key: str) -> tuple[list[list[int]], list[list[int]], list[str]]:
+def _pairs(algo: Any, response_key: str
+           ) -> tuple[list[list[int]], list[list[int]], list[str], list[Any]]:
+    """The prompts, the responses' ids and texts, and the records, row for row (the
+    records `filter_overlong_prompts` kept, each with its own row's response)."""
+    from .data import files_of
     from .prompts import encode_prompts
 
     s = algo.settings
     enc = encode_prompts(s.train_files, algo.tok, s)
-    texts = response_texts(s.train_files, response_key)
+    by_row = {(str(Path(f)), i): t for f in files_of(s.train_files)
+              for i, t in enumerate(response_texts(f, response_key))}
+    texts = [by_row[r.file, r.row] for r in enc.records]
     answers = [algo.tok(t, add_special_tokens=False).input_ids[
         :s.max_response_length - 1] + [algo.eos] for t in texts]
-    return enc.ids, answers, texts
+    return enc.ids, answers, texts, enc.records
 
 
-def scorable(algo: Any, texts: list[str], sample: int = 200) -> float:
+def scorable(algo: Any, records: list[Any], texts: list[str], sample: int = 200) -> float:
     """The mean score, under the job's reward, of the SFT responses themselves (the
     first `sample` rows): what a model that learned them exactly would score."""
-    from .data import read_prompts
     from .scoring import load_compute_score, score_response
 
     s = algo.settings
     fn = load_compute_score(s.reward, "environment.kwargs.reward", s.reward_name)
-    records = read_prompts(s.train_files, s.prompt_key, s.reward_fn_key)[:sample]
     got = []
-    for r, text in zip(records, texts, strict=False):
+    for r, text in zip(records[:sample], texts[:sample], strict=True):
         try:
             got.append(score_response(fn, r.data_source, text, r.ground_truth,
                                       r.extra_info).score)
@@ -93,8 +97,8 @@ def run_hf_sft(job: Any, steps: int, out: str, batch_prompts: int = 64, lr: floa
 
     torch.manual_seed(job.experiment.seed)
     algo = make_algorithm(job, env_spec(job.environment))
-    prompts, answers, texts = _pairs(algo, response_key)
-    ceiling = scorable(algo, texts)
+    prompts, answers, texts, records = _pairs(algo, response_key)
+    ceiling = scorable(algo, records, texts)
     if warn is not None and ceiling < 0.5:
         reward = algo.settings.reward or "the built-in scorer by data source"
         warn(f"the SFT responses ({response_key}) score {ceiling:.2f} on average under the "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .algo_params import PPOParams
 from .roles import ROLES
 from .sections import ConfigError, Job
 
@@ -246,7 +247,8 @@ def _check_hf_keys(job: Job, source: str) -> None:
                                   f"learner alone (algorithm.policy.kind = \"hf\"); remove it")
         return
     unread = list(HF_UNREAD)
-    if ":" not in getattr(p, "adv_estimator", ""):
+    # a Hugging Face policy learns with GRPO's family alone, whose params are PPO's
+    if not isinstance(p, PPOParams) or ":" not in p.adv_estimator:
         unread += HF_OWN_ESTIMATOR
     for key in unread:
         if key in changed:

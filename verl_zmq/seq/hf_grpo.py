@@ -1,5 +1,6 @@
-"""GRPO on a Hugging Face causal LM: the learner, the evaluator's validation and
-the sampler's model copy for prompt jobs (`seq/prompts.py`).
+"""GRPO on a Hugging Face causal LM: the learner, the evaluator's validation (run
+by `seq/hf_validation.py`) and the sampler's model copy for prompt jobs
+(`seq/prompts.py`).
 
 The update is the one `algos/ppo.py` composes for GRPO, from the same
 registered functions of `algos/core.py` and `algos/grouped.py` (advantage
@@ -50,21 +51,18 @@ from ..algos.grpo import keep_groups
 from ..algos.update import clip_stats, kl_loss, kl_to_reference
 from ..batch import PROMPT, episodes
 from ..config import GRPOParams
-from .data import PromptRecord
 from .hf import (
     Sampling,
     bf16_bucket,
     build_model,
-    generate,
     load_named_arrays,
     load_tokenizer,
     named_arrays,
-    pad_left,
     response_logprobs,
     response_logprobs_entropy,
 )
-from .prompts import encode_prompts, prompt_settings
-from .scoring import load_compute_score, mean_at_n, score_response
+from .hf_validation import Validation
+from .prompts import prompt_settings
 
 __all__ = ["HFGRPO", "prompt_tensors"]
 
@@ -137,7 +135,7 @@ class HFGRPO(Algorithm[GRPOParams]):
             self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
         self.opt = adam([t for t in self.model.parameters() if t.requires_grad],
                         p.learning_rate)
-        self._val: tuple[list[PromptRecord], list[list[int]]] | None = None
+        self._val: Validation | None = None
         self.val_metrics: dict[str, float] = {}
 
     # -- the model's weights ---------------------------------------------------------
@@ -193,41 +191,12 @@ class HFGRPO(Algorithm[GRPOParams]):
                         top_k=s.top_k, max_new_tokens=s.max_response_length, greedy=greedy)
 
     def validate(self, limit: int = 0) -> np.ndarray:
-        """Each val prompt's score (the mean over `val_n` responses; greedy when 1)
-        on the val file (the train file without one); verl's `val-core` metrics in
-        `val_metrics`."""
-        s = self.settings
+        """Each val prompt's score (seq/hf_validation.py); verl's `val-core` metrics
+        in `val_metrics`."""
         if self._val is None:
-            enc = encode_prompts(s.val_files or s.train_files, self.tok, s)
-            self._val = (enc.records, enc.ids)
-        records, ids = self._val
-        n = limit or s.val_prompts or len(records)
-        records, ids = records[:n], ids[:n]
-        score_fn = load_compute_score(s.reward, "environment.kwargs.reward", s.reward_name)
-        greedy = s.val_n == 1
-        sampling = Sampling(n=s.val_n, temperature=s.val_temperature or s.temperature,
-                            top_p=s.top_p,
-                            top_k=s.top_k, max_new_tokens=s.max_response_length,
-                            greedy=greedy)
-        results: list[tuple[str, int, float]] = []
-        per_prompt = np.zeros(len(records))
-        for lo in range(0, len(records), 64):
-            chunk = ids[lo:lo + 64]
-            prompt, mask = pad_left(chunk, self.pad)
-            g = generate(self.model, prompt, mask, sampling, self.eos, self.pad)
-            texts = self.decode(g.response, g.mask)
-            k = 1 if greedy else s.val_n
-            for j, text in enumerate(texts):
-                r = records[lo + j // k]
-                try:  # verl's core validation value: the scorer's "acc" where it says one
-                    got = score_response(score_fn, r.data_source, text, r.ground_truth,
-                                         r.extra_info)
-                    sc = got.metrics.get("acc", got.score)
-                except Exception:  # a user's scorer: a failure scores 0 here
-                    sc = 0.0
-                results.append((r.data_source, lo + j // k, sc))
-                per_prompt[lo + j // k] += sc / k
-        self.val_metrics = mean_at_n(results)
+            self._val = Validation(self.settings, self.tok)
+        per_prompt, self.val_metrics = self._val.run(self.model, self.decode, self.pad,
+                                                     self.eos, limit)
         return per_prompt
 
     def decode(self, response: torch.Tensor, mask: torch.Tensor) -> list[str]:

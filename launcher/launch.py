@@ -20,6 +20,7 @@ from typing import IO, Any
 from verl_zmq.config import ConfigError, Job, dumps_job, load_job, loads_job
 from verl_zmq.config.loading import override_keys
 from verl_zmq.config.writing import job_to_dict
+from verl_zmq.envs.families import with_budget
 from verl_zmq.files import clean_temporaries
 from verl_zmq.log import errno_name
 from verl_zmq.ops.runs import clear_running, flatten, mark_running
@@ -235,6 +236,7 @@ def run(job: Job, source: str, rd: Path, plan: Plan, verbose: bool = False,
     that fails before the job runs leaves no run folder behind (a resumed run's
     folder stays as it was). `check_env` False skips stepping the env first."""
     preflight(job, source, plan, overrides, probe_steps=PREFLIGHT_STEPS if check_env else 0)
+    job = with_budget(job)  # a prompt job's total_epochs, counted once for every role
     held = place_registry(job, plan, hold=True, owner=rd)
     fresh = not (rd / "plan.json").exists()
     try:

@@ -296,3 +296,34 @@ def test_sft_responses_stay_with_their_prompts_when_long_prompts_are_filtered(tm
                                   "extra_info.answer")
     assert 0 < len(records) < 12  # some prompts left out
     assert texts == [rows[r.row]["extra_info"]["answer"] for r in records]
+
+
+def test_total_epochs_sets_the_budget_from_the_prompts_kept(tmp_path):
+    from click.testing import CliRunner
+
+    from verl_zmq.cli import main
+    from verl_zmq.envs.families import with_budget
+    from verl_zmq.seq.toy_prompts import toy_rows, write_prompts
+
+    write_prompts(tmp_path / "t.jsonl", toy_rows("reverse", 12, seed=0, min_len=3, max_len=6))
+    base = [f"environment.kwargs.train_files={tmp_path / 't.jsonl'}",
+            "environment.kwargs.val_files="]
+    job = load_job(JOB, base)
+    assert with_budget(job) is job  # no total_epochs: the budget as written
+    s = job.environment.kwargs
+    per_prompt = s["group_size"] * s["max_response_length"]
+    job = load_job(JOB, [*base, "environment.kwargs.total_epochs=3"])
+    assert with_budget(job).training.total_timesteps == 3 * 12 * per_prompt
+    # verl counts the prompts its filter keeps
+    filtered = load_job(JOB, [*base, "environment.kwargs.total_epochs=3",
+                              "environment.kwargs.max_prompt_length=14",
+                              "environment.kwargs.filter_overlong_prompts=true"])
+    kept = with_budget(filtered).training.total_timesteps // (3 * per_prompt)
+    assert 0 < kept < 12
+    got = CliRunner().invoke(main, ["check", str(JOB), *sum(
+        (["--set", o] for o in [*base, "environment.kwargs.total_epochs=3"]), [])])
+    assert got.exit_code == 0, got.output
+    assert f"a budget of {3 * 12 * per_prompt:,} env steps from total_epochs" in got.output
+    bad = CliRunner().invoke(main, ["check", str(JOB), *sum(
+        (["--set", o] for o in [*base, "environment.kwargs.total_epochs=-1"]), [])])
+    assert bad.exit_code == 2 and "environment.kwargs.total_epochs" in bad.output

@@ -74,8 +74,10 @@ def role(role, job_path, registry, member_id, group, member_index, bind, run_dir
             job = loads_job(bundle["job"], "<stdin>", overrides)
             if bundle.get("keys"):
                 keys = CurveKeys(**bundle["keys"])
-        else:
-            job = load_job(job_path, overrides)
+        else:  # the launcher sends a job whose budget it has counted; by hand, count it
+            from .envs.families import with_budget
+
+            job = with_budget(load_job(job_path, overrides))
         if keys_file:
             keys = CurveKeys.load(keys_file)
     except ConfigError as e:
@@ -140,6 +142,9 @@ def run(job_path, overrides, run_dir, no_env_check):
 
     if why := job_problem(job, job_path, overrides, probe_steps=0 if no_env_check else None):
         fail(why)
+    from .envs.families import with_budget
+
+    job = with_budget(job)
     rd = Path(run_dir) if run_dir else _stamp_dir(job)
     click.echo(f"run folder: {rd}", err=True)
     sys.exit(run_inproc(job, rd))
@@ -231,9 +236,14 @@ def check(job_path, overrides, quiet):
     if why := job_problem(job, job_path, overrides):
         fail(why)
     if not quiet:
+        from .envs.families import with_budget
+
         s = job.sampling
+        counted = with_budget(job)
+        budget = ("" if counted is job else f", a budget of "
+                  f"{counted.training.total_timesteps:,} env steps from total_epochs")
         click.echo(f"{job_path}: ok ({job.algorithm.name} on {job.environment.id}, "
-                   f"{s.num_workers} samplers x {s.num_envs_per_worker} envs)")
+                   f"{s.num_workers} samplers x {s.num_envs_per_worker} envs{budget})")
 
 
 @main.command()

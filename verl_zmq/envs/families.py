@@ -14,6 +14,7 @@ Lookups load the families first (`plugins.load`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,6 +44,11 @@ class ResponseSource(Protocol):
         """What a sampler runs instead of stepping envs (a `sampling.Collector`)."""
         ...
 
+    def budget(self, job: Any) -> int | None:
+        """The job's budget in env steps where its files set it (passes over the
+        prompts), else None: `training.total_timesteps` as written."""
+        ...
+
 
 @dataclass(frozen=True)
 class Grouped:
@@ -60,6 +66,17 @@ def source(env_id: str) -> ResponseSource | None:
     """The family that generates this id's responses, or None for an env."""
     plugins.load()
     return SOURCES.get(env_id)
+
+
+def with_budget(job: Any) -> Any:
+    """The job with `training.total_timesteps` as its source's files set it (a
+    prompt job's `total_epochs`), or as it is."""
+    src = source(job.environment.id)
+    steps = src.budget(job) if src is not None else None
+    if steps is None or steps == job.training.total_timesteps:
+        return job
+    return dataclasses.replace(job, training=dataclasses.replace(job.training,
+                                                                 total_timesteps=steps))
 
 
 def grouped(env_id: str) -> Grouped | None:

@@ -70,6 +70,15 @@ class PromptFiles:
             return [f"algorithm.policy.tokenizer: {e}"]
         return length_problems(s, tok, model_positions(pol))
 
+    def budget(self, job: Any) -> int | None:
+        s = prompt_settings(job.environment.kwargs)
+        if not s.total_epochs:
+            return None
+        from .hf import load_tokenizer
+        from .prompts import epochs_budget
+
+        return epochs_budget(s, load_tokenizer(job.algorithm.policy))
+
     def collector(self, job: Any, algo: Any, worker: int, workers: int) -> Any:
         from .generate import GenerateCollector
 

@@ -71,6 +71,10 @@ class PromptSettings:
     val_n: int = 1  # responses per val prompt: greedy when 1 (mean@1), sampled otherwise
     val_temperature: float = 0.0  # val_n > 1: the val responses' temperature (0: temperature)
     val_prompts: int = 0  # 0: all of the val file
+    # verl's trainer.total_epochs: passes over the train prompts (those kept) as the
+    # job's budget, training.total_timesteps made epochs x prompts x group_size x
+    # max_response_length (token slots); 0: training.total_timesteps as written
+    total_epochs: int = 0
 
 
 def prompt_settings(kwargs: Mapping[str, Any], where: str = "environment.kwargs"
@@ -110,6 +114,9 @@ def _check_values(s: PromptSettings, where: str) -> None:
     for k in ("group_size", "max_prompt_length", "max_response_length", "val_n"):
         if getattr(s, k) < 1:
             raise ValueError(f"{where}.{k}: must be at least 1")
+    if s.total_epochs < 0:
+        raise ValueError(f"{where}.total_epochs: 0 (the budget is training.total_timesteps) "
+                         f"or more")
     if s.val_temperature < 0:
         raise ValueError(f"{where}.val_temperature: 0 (the rollout's temperature) or more")
     if s.reward_timeout_s <= 0:
@@ -153,6 +160,15 @@ def encode_prompts(path: str | list[str], tok: Any, s: PromptSettings) -> Encode
         raise ValueError(f"{path}: every prompt is over max_prompt_length "
                          f"{s.max_prompt_length} and filter_overlong_prompts leaves none")
     return Encoded(kept, ids)
+
+
+def epochs_budget(s: PromptSettings, tok: Any) -> int | None:
+    """`total_epochs` passes over the train prompts that are kept, in env steps
+    (token slots); None without `total_epochs`."""
+    if not s.total_epochs:
+        return None
+    prompts = len(encode_prompts(s.train_files, tok, s).records)
+    return s.total_epochs * prompts * s.group_size * s.max_response_length
 
 
 def length_problems(s: PromptSettings, tok: Any, positions: int | None) -> list[str]:

@@ -1,12 +1,14 @@
 #!/usr/bin/env python
-"""A replay shard killed with -9 comes back with its buffer: start the DQN job,
-let replay-0 fill to `--fill` transitions and write a periodic snapshot, kill it
-with -9, and print the buffer's size at the kill against what its replacement
-restored and first reported. Then the snapshots' cost, one job after the other:
-seconds and bytes per snapshot, and the learner's updates per second over the
-same wall time with snapshots every `--interval` s and with snapshots off.
+"""A replay shard killed with -9 comes back with its buffer: the DQN job, per
+seed, filled to `--fill` transitions with snapshots every `--interval` s (the
+default 30: the kill falls between two), its shard killed with -9; prints the
+buffer's size in its last report before the kill (every 0.5 s) against what the
+replacement restored (the snapshot, then the write-ahead log) and first reported.
+Then the log's cost, one job after the other: the learner's updates per second
+over the same wall time with the log on (`replay.wal_interval_s`) and off, and
+the log's bytes per second of disk.
 
-    python tools/faults/shard_kill.py [--job configs/cartpole_dqn.toml] [--fill 4000]
+    python tools/faults/shard_kill.py [--seeds 0 1 2 3 4] [--fill 4000]
 """
 
 from __future__ import annotations
@@ -34,15 +36,12 @@ def sizes(r: Run) -> list[tuple[float, int]]:
             if "replay/size" in e]
 
 
-def kill(job: str, tmp: Path, fill: int, interval: float) -> dict:
-    r = Run(job, tmp / "run", [f"replay.snapshot_interval_s={interval}"])
+def kill(job: str, tmp: Path, fill: int, interval: float, seed: int) -> dict:
+    r = Run(job, tmp / "run", [f"replay.snapshot_interval_s={interval}",
+                               f"experiment.seed={seed}"])
     try:
-        # a snapshot written after the buffer reached `fill`
-        def ready():
-            snaps = shard_events(r, "replay_snapshot")
-            return snaps and snaps[-1]["size"] >= fill
-        if not wait(ready, 300):
-            return {"error": "no snapshot of the filled buffer within 300 s"}
+        if not wait(lambda: sizes(r) and sizes(r)[-1][1] >= fill, 300):
+            return {"error": f"the buffer did not reach {fill} within 300 s"}
         before = sizes(r)[-1][1]  # the last report (every 0.5 s) before the kill
         os.kill(r.pid("replay-0"), signal.SIGKILL)
         t_kill = time.time()
@@ -50,18 +49,19 @@ def kill(job: str, tmp: Path, fill: int, interval: float) -> dict:
                                  if e["ts"] > t_kill], 60)
         first = wait(lambda: [s for t, s in sizes(r) if t > (restored or [{}])[0].get("ts", 1e18)],
                      60)
-        snaps = shard_events(r, "replay_snapshot")
-        return {"size_at_kill": before,
-                "last_snapshot_size": [s for s in snaps if s["ts"] < t_kill][-1]["size"],
-                "restored": restored[0]["size"] if restored else None,
-                "restore_s": restored[0]["seconds"] if restored else None,
+        snaps = [s for s in shard_events(r, "replay_snapshot") if s["ts"] < t_kill]
+        got = restored[0] if restored else {}
+        return {"seed": seed, "size_at_kill": before,
+                "last_snapshot_size": snaps[-1]["size"] if snaps else 0,
+                "restored": got.get("size"), "from_snapshot": got.get("from_snapshot"),
+                "from_log": got.get("logged_inserts"), "restore_s": got.get("seconds"),
                 "first_report_after": first[0] if first else None}
     finally:
         r.stop()
 
 
-def updates_per_s(job: str, tmp: Path, interval: float, seconds: float) -> dict:
-    r = Run(job, tmp / "run", [f"replay.snapshot_interval_s={interval}"])
+def updates_per_s(job: str, tmp: Path, wal_s: float, seconds: float) -> dict:
+    r = Run(job, tmp / "run", [f"replay.wal_interval_s={wal_s}"])
     try:
         def learner():
             return [e for e in events(r.run / "logs" / "learner-0.jsonl")
@@ -69,16 +69,14 @@ def updates_per_s(job: str, tmp: Path, interval: float, seconds: float) -> dict:
         if not wait(learner, 300):
             return {"error": "the learner never updated"}
         t0, u0 = learner()[-1]["ts"], learner()[-1]["learner/updates"]
+        b0 = (shard_events(r, "metrics") or [{}])[-1].get("replay/wal_bytes", 0)
         time.sleep(seconds)
         last = learner()[-1]
-        snaps = shard_events(r, "replay_snapshot")
+        m = shard_events(r, "metrics")[-1]
         return {"updates_per_s": round((last["learner/updates"] - u0) / (last["ts"] - t0), 2),
-                "snapshots": len(snaps),
-                "snapshot_s_mean": round(sum(s["seconds"] for s in snaps) / len(snaps), 4)
-                if snaps else None,
-                "snapshot_bytes_mean": int(sum(s["bytes"] for s in snaps) / len(snaps))
-                if snaps else None,
-                "buffer_size": snaps[-1]["size"] if snaps else None}
+                "wal_bytes_per_s": round((m.get("replay/wal_bytes", 0) - b0)
+                                         / (m["ts"] - t0)),
+                "inserts_per_s": m.get("replay/inserts_per_s")}
     finally:
         r.stop()
 
@@ -86,26 +84,35 @@ def updates_per_s(job: str, tmp: Path, interval: float, seconds: float) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--job", default=str(ROOT / "configs" / "cartpole_dqn.toml"))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--fill", type=int, default=4000, help="transitions before the kill")
-    ap.add_argument("--interval", type=float, default=5.0, help="snapshot interval (s)")
+    ap.add_argument("--interval", type=float, default=30.0, help="snapshot interval (s)")
     ap.add_argument("--seconds", type=float, default=60.0, help="each cost run's window")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        out = kill(args.job, Path(tmp), args.fill, args.interval)
-    print(json.dumps({"kill": out}), flush=True)
-    cost = {}
-    for name, interval in (("snapshots_on", args.interval), ("snapshots_off", 0.0)):
+    kills = []
+    for seed in args.seeds:
         with tempfile.TemporaryDirectory() as tmp:
-            cost[name] = updates_per_s(args.job, Path(tmp), interval, args.seconds)
+            kills.append(kill(args.job, Path(tmp), args.fill, args.interval, seed))
+        print(json.dumps({"kill": kills[-1]}), flush=True)
+    cost = {}
+    for name, wal_s in (("log_on", 0.5), ("log_off", 0.0)):
+        with tempfile.TemporaryDirectory() as tmp:
+            cost[name] = updates_per_s(args.job, Path(tmp), wal_s, args.seconds)
         print(json.dumps({name: cost[name]}), flush=True)
-    on, off = cost["snapshots_on"].get("updates_per_s"), cost["snapshots_off"].get("updates_per_s")
+    print("\n| seed | size at the kill | last snapshot | restored (snapshot + log) | "
+          "restored / at kill | first report after |\n|---|---|---|---|---|---|")
+    ok = True
+    for k in kills:
+        ratio = (k.get("restored") or 0) / max(k.get("size_at_kill") or 1, 1)
+        ok &= ratio >= 0.98
+        print(f"| {k.get('seed')} | {k.get('size_at_kill')} | {k.get('last_snapshot_size')} | "
+              f"{k.get('restored')} ({k.get('from_snapshot')} + {k.get('from_log')}) | "
+              f"{ratio:.3f} | {k.get('first_report_after')} |")
+    on, off = cost["log_on"].get("updates_per_s"), cost["log_off"].get("updates_per_s")
     if on and off:
-        print(f"learner updates/s with snapshots every {args.interval:g} s / without: "
-              f"{on} / {off} = {on / off:.2f}")
-    kept = out.get("restored")
-    print(f"replay-0 held {out.get('size_at_kill')} at the kill; its replacement restored "
-          f"{kept} (the last snapshot's) and first reported {out.get('first_report_after')}")
-    return 0 if kept else 1
+        print(f"\nlearner updates/s with the log (every 0.5 s) / without: {on} / {off} = "
+              f"{on / off:.2f}; the log wrote {cost['log_on'].get('wal_bytes_per_s')} B/s")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -192,6 +192,9 @@ def _check_replay(job: Job, source: str) -> None:
             f"{job.fragment_steps}; raise replay.capacity"
         )
     R = job.replay
+    if not math.isfinite(R.wal_interval_s) or R.wal_interval_s < 0:
+        raise ConfigError(f"{source}: replay.wal_interval_s: {R.wal_interval_s}: seconds "
+                          f"between writes of the insert log, or 0 for no log")
     if R.samples_per_insert > 0 and R.error_buffer < max(1.0, R.samples_per_insert):
         raise ConfigError(
             f"{source}: replay.error_buffer: {R.error_buffer} would let the replay-ratio "

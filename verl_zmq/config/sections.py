@@ -106,6 +106,11 @@ class Replay:
     # `snapshot_max_share` of the shard's time
     snapshot_interval_s: float = 30.0  # a buffer snapshot this often; 0: only on stop
     snapshot_max_share: float = 0.05  # of the shard's time spent writing, at most
+    # a write-ahead log of every insert between snapshots (replay/wal.py), written
+    # and fsync'd together this often: a shard killed with -9 comes back with all
+    # but this long's inserts; 0: no log (a killed shard loses what came since its
+    # last snapshot). Uniform and prioritized shards: FIFO shards keep nothing
+    wal_interval_s: float = 0.5
 
 
 @dataclass(frozen=True)

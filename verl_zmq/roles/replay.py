@@ -7,8 +7,10 @@ sampled batch) when the store can serve, so a few are always in flight and the
 learner never waits while data exists. When the store cannot take a fragment
 (full, or the replay-ratio limiter says the learner is behind) the shard stops
 reading and samplers block on their PUSH high-water mark: backpressure,
-measured. Stores that persist are snapshotted now and then and on stop.
-Imports no torch.
+measured. Stores that persist are snapshotted now and then and on stop, and
+every insert between two snapshots goes to a write-ahead log (`replay/wal.py`)
+written every `replay.wal_interval_s`: a replacement loads the snapshot, replays
+the log, then serves. Imports no torch.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import numpy as np
 import zmq
 
 from .. import wire
@@ -23,7 +26,7 @@ from ..batch import job_layout
 from ..config.roles import REPLAY
 from ..envs.make import job_spec
 from ..log import write_failed
-from ..replay import snapshot
+from ..replay import snapshot, wal
 from ..replay.store import RejectedFragment
 from ..replay.stores import make_store
 from .base import Rates, Role, recv, send
@@ -63,8 +66,12 @@ class ReplayRole(Role):
         self.deltas = 0
         self.delay_sum = self.blocked_s = 0.0
         self.rates = Rates(inserts=0, served=0, delay=0.0)
+        self.wal: wal.WriteAheadLog | None = None
+        self.wal_lock = asyncio.Lock()  # a write in its thread, a cut file's removal
         if self.store.persistent:
-            self._restore()
+            seq = self._restore()
+            if self.job.replay.wal_interval_s > 0 and self.job.replay.snapshot_interval_s > 0:
+                self.wal = wal.WriteAheadLog(self.snapshot_dir, seq)
 
     # -- fragments in -------------------------------------------------------------
 
@@ -107,6 +114,8 @@ class ReplayRole(Role):
                 self.reject_fragment(msg, str(e))
                 continue
             self.inserts += 1
+            if self.wal is not None:
+                self.wal.append(wire.encode(msg))
             await self._serve()
 
     # -- requests and serving -----------------------------------------------------
@@ -148,19 +157,43 @@ class ReplayRole(Role):
 
     # -- snapshots ----------------------------------------------------------------
 
-    def _restore(self) -> None:
+    def _restore(self) -> int:
+        """The last snapshot, then the log's inserts after it; the log's next seq."""
         t0 = time.monotonic()
+        since = 0
         try:
             state = snapshot.read(self.snapshot_dir)
-            if state is None:
-                return
-            self.store.load_state(state)
+            if state is not None:
+                self.store.load_state(state)
+                since = int(state["wal_seq"][0]) if "wal_seq" in state else 0
         except (OSError, ValueError, KeyError) as e:  # unreadable: start empty, say so
             self.log.error("replay_restore_failed", path=str(self.snapshot_dir), error=str(e))
             self.store = make_store(self.job, self.ctx.index)
-            return
+            return 0
+        from_snapshot = self.store.size
+        seq, logged = self._replay_log(since)
+        if state is None and not logged:
+            return seq
         self.log.info("replay_restored", path=str(self.snapshot_dir), size=self.store.size,
+                      from_snapshot=from_snapshot, logged_inserts=logged,
                       env_steps=self.store.env_steps, seconds=round(time.monotonic() - t0, 3))
+        return seq
+
+    def _replay_log(self, since: int) -> tuple[int, int]:
+        """Insert what the log holds from `since` on; (next seq, inserts replayed). A
+        record the wire or the store refuses ends the replay there, said."""
+        seq, n = since, 0
+        for seq_at, frames in wal.replay(self.snapshot_dir, since):
+            try:
+                msg = wire.decode(frames)
+                if not isinstance(msg, wire.Fragment):
+                    raise wire.WireError(f"a {msg.KIND.name} in the log")
+                self.store.insert(self.store.prepare(msg))
+            except (wire.WireError, RejectedFragment) as e:
+                self.log.warning("replay_log_stopped", seq=seq_at, error=str(e))
+                break
+            seq, n = seq_at + 1, n + 1
+        return seq, n
 
     async def _snapshot(self, full: bool = False) -> float:
         """Write a snapshot, incremental (what was inserted since the last file)
@@ -170,6 +203,10 @@ class ReplayRole(Role):
         delta = None if full or self.snapshot_base is None or self.deltas >= MAX_DELTAS \
             else self.store.delta(self.snapshot_base)
         state = delta if delta is not None else self.store.state()
+        # the log's records from here on are not in this copy: a new log file
+        seq = self.wal.cut() if self.wal is not None else None
+        if seq is not None:
+            state["wal_seq"] = np.array([seq], np.int64)
         self.snapshot_inserts = self.inserts
         try:
             if delta is not None:
@@ -184,6 +221,9 @@ class ReplayRole(Role):
             return 0.0
         self.deltas = self.deltas + 1 if delta is not None else 0
         self.snapshot_base = int(state["counters"][2])
+        if seq is not None and self.wal is not None:
+            async with self.wal_lock:  # not while a write appends to those files
+                self.wal.drop_before(seq)
         took = time.monotonic() - t0
         self.snapshots += 1
         self.snapshot_s += took
@@ -208,6 +248,30 @@ class ReplayRole(Role):
                 self.log.info("replay_snapshot_interval_stretched", seconds=round(wait, 1),
                               took=round(took, 3))
 
+    async def _wal_loop(self) -> None:
+        while self.wal is not None:
+            await asyncio.sleep(self.job.replay.wal_interval_s)
+            await self._wal_write()
+
+    async def _wal_write(self) -> None:
+        """Write and fsync what was logged since the last write; a full disk ends the
+        log (said), never the shard."""
+        log = self.wal
+        if log is None:
+            return
+        async with self.wal_lock:
+            records = log.take()
+            if not records:
+                return
+            try:
+                await asyncio.to_thread(log.write, records)
+            except OSError as e:
+                write_failed(self.log, "replay_wal_failed", self.snapshot_dir / "wal-*.log", e,
+                             "no insert log from here on: a killed shard comes back with "
+                             "its last snapshot alone")
+                log.close()
+                self.wal = None
+
     # -- lifecycle ----------------------------------------------------------------
 
     async def run(self) -> None:
@@ -216,10 +280,16 @@ class ReplayRole(Role):
             tg.create_task(self._requests())
             if self.store.persistent and self.job.replay.snapshot_interval_s > 0:
                 tg.create_task(self._snapshot_loop())
+            if self.wal is not None:
+                tg.create_task(self._wal_loop())
 
     async def teardown(self) -> None:
         if self.store.persistent and self.store.size:
-            await self._snapshot(full=True)  # one file to resume from
+            await self._snapshot(full=True)  # one file to resume from (the log dropped)
+        elif self.wal is not None:
+            await self._wal_write()
+        if self.wal is not None:
+            self.wal.close()
 
     def status(self) -> dict[str, float]:
         return {"size": self.store.size}
@@ -236,7 +306,8 @@ class ReplayRole(Role):
                 "replay/rejected": self.rejected,
                 "replay/blocked_s": round(self.blocked_s, 3),
                 "replay/snapshots": self.snapshots,
-                "replay/snapshot_s": round(self.snapshot_s, 3)}
+                "replay/snapshot_s": round(self.snapshot_s, 3),
+                "replay/wal_bytes": self.wal.bytes_written if self.wal is not None else 0}
 
 
 ROLE = ReplayRole

@@ -130,3 +130,26 @@ def test_a_shard_killed_between_snapshots_comes_back_with_every_logged_insert(tm
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
         r.stop()
+
+
+async def test_a_full_disk_ends_the_log_not_the_shard(tmp_path):
+    import asyncio
+    import errno
+    from types import SimpleNamespace
+
+    from verl_zmq.roles.replay import ReplayRole
+
+    log = wal.WriteAheadLog(tmp_path)
+    log.append(wire.encode(_frag(0)))
+
+    def full(records):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    log.write = full  # type: ignore[method-assign]
+    said: list[tuple[str, dict]] = []
+    role = SimpleNamespace(wal=log, wal_lock=asyncio.Lock(), snapshot_dir=tmp_path,
+                           log=SimpleNamespace(error=lambda ev, **kw: said.append((ev, kw))))
+    await ReplayRole._wal_write(role)  # type: ignore[arg-type]
+    assert role.wal is None  # no log from here on; the shard's loops go on
+    assert said[0][0] == "replay_wal_failed" and said[0][1]["errno"] == "ENOSPC"
+    await ReplayRole._wal_write(role)  # type: ignore[arg-type]  # nothing to do, no error

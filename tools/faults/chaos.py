@@ -105,20 +105,57 @@ def kill_one(r: Run, member: str, recover_s: float, await_spare: bool = True,
                                if e.get("event") == "first_update" and e["ts"] > t_kill],
                       recover_s)
         rec = [e["ts"] for e in firsts] if firsts else None
-        last = [e for e in events(log) if e.get("event") == "metrics" and e["ts"] < t_kill]
         kind = r.members().get(member)
+        ms = [e for e in events(log) if e.get("event") == "metrics"
+              and f"{kind}/policy_version" in e]
+        last = [e for e in ms if e["ts"] < t_kill]
         if last:
             out |= {"version_before": last[-1].get(f"{kind}/policy_version"),
                     "env_steps_before": last[-1].get(f"{kind}/env_steps")}
         if firsts:
             out |= {"version_after": firsts[0].get("version"),
                     "env_steps_after": firsts[0].get("env_steps")}
+            # what the samplers and the evaluator had used before the kill, against
+            # the replacement's first reported version after its first update (a
+            # version floor, when it applies, is taken at its first publish)
+            out["seen_before"] = max([out.get("version_before") or 0, *versions_seen(r, t_kill)])
+            after = wait(lambda: [e for e in ms_of(log, kind) if e["ts"] > firsts[0]["ts"]],
+                         recover_s)
+            if after:
+                out["published_after"] = after[0][f"{kind}/policy_version"]
+            out["around"] = losses_around(last, after or [], kind)
     else:
         rec = wait(lambda: [t for t, v in r.progress() if t_back and t > t_back and v > before],
                    recover_s) if restarted else None
     return {"member": member, "kind": r.members().get(member, "?"), "t": t_kill,
             "restarted": restarted, "warm": bool(back and back[0].get("warm")),
             "recover_s": (rec[0] - t_kill) if rec else None, **out}
+
+
+def ms_of(log: Path, kind: str) -> list[dict]:
+    return [e for e in events(log) if e.get("event") == "metrics"
+            and f"{kind}/policy_version" in e]
+
+
+def versions_seen(r: Run, before: float) -> list[int]:
+    """The params versions samplers reported using before `before`."""
+    out = []
+    for p in (r.run / "logs").glob("sampler-*.jsonl"):
+        out += [e["sampler/policy_version"] for e in events(p)
+                if e.get("event") == "metrics" and e["ts"] < before
+                and isinstance(e.get("sampler/policy_version"), int)]
+    return out
+
+
+def losses_around(before: list[dict], after: list[dict], kind: str) -> dict:
+    """Mean policy loss and approximate KL over the 5 metrics reports (each 0.5 s of
+    updates) before the kill and the 5 after the replacement's first update."""
+    def mean(rows: list[dict], key: str) -> float | None:
+        vals = [e[key] for e in rows if isinstance(e.get(key), int | float)]
+        return round(sum(vals) / len(vals), 4) if vals else None
+    return {f"{k}_{w}": mean(rows, f"losses/{k}")
+            for w, rows in (("before", before[-5:]), ("after", after[:5]))
+            for k in ("policy_loss", "approx_kl")}
 
 
 def main() -> int:
@@ -175,7 +212,12 @@ def chaos(r: Run, args, rng: random.Random) -> int:
         rows.append(row)
         rec = f"{row['recover_s']:.1f}" if row["recover_s"] is not None else "NOT"
         cont = (f"  {row.get('version_before')}, {row.get('env_steps_before')} -> "
-                f"{row.get('version_after')}, {row.get('env_steps_after')}"
+                f"{row.get('version_after')}, {row.get('env_steps_after')}; seen "
+                f"{row.get('seen_before')}, first published {row.get('published_after')}; "
+                f"loss/KL 5 before {row['around'].get('policy_loss_before')}/"
+                f"{row['around'].get('approx_kl_before')} after "
+                f"{row['around'].get('policy_loss_after')}/"
+                f"{row['around'].get('approx_kl_after')}"
                 if "version_after" in row else "")
         print(f"{kind:<10}{member:<14}{row['t'] - t0:>7.1f}{str(row['restarted']):>11}"
               f"{str(row['warm']):>6}{rec:>16}{cont}", flush=True)
@@ -186,6 +228,13 @@ def chaos(r: Run, args, rng: random.Random) -> int:
     restarts = len(r.launcher("role_restarted"))
     failed = [e["member"] for e in r.launcher("role_failed")]
     recovered = sum(1 for x in rows if x["recover_s"] is not None)
+    takeovers = [x for x in rows if "published_after" in x]
+    back = [x for x in takeovers if x["published_after"] <= x["seen_before"]]
+    times = sorted(x["recover_s"] for x in takeovers if x["recover_s"] is not None)
+    if takeovers:
+        print(f"\ntakeovers {len(takeovers)}: first published version at or below one "
+              f"already used: {len(back)}; trains again in median "
+              f"{times[len(times) // 2]:.2f} s, max {times[-1]:.2f} s" if times else "")
     print(f"\nkills {len(rows)} ({', '.join(f'{k} {schedule.count(k)}' for k in kinds)}); "
           f"restarts {restarts}; recovered {recovered}/{len(rows)}; failed for good "
           f"{failed or 0}; target {args.target:g} after the kills: "

@@ -388,6 +388,13 @@ class EvaluatorRole(Role):
         if self.best_writer is not None:  # the job's best is on disk before we exit
             await self.best_writer
 
+    def status(self) -> dict[str, float]:
+        """The newest params version held (a trainer's versions, not gossip peers'
+        own numbers): the registry's floor for a trainer that takes over."""
+        if self.job.traits.decentralised or not self.held:
+            return {}
+        return {"version": max(m.version for _, m in self.held.values())}
+
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {"evaluator/evaluations": self.evaluations}
         if self.evaluations:

@@ -197,8 +197,23 @@ class LearnerRole(Role):
         """Publish the params held now: called between updates, never during one."""
         if self.pub is None:  # a data-parallel rank other than 0: rank 0 publishes
             return
+        self._above_seen()
         self.last_params = self.trainer.params(final)
         await self._send_last()
+
+    def _above_seen(self) -> None:
+        """A trainer that took over from params older than the ones its group has
+        used (the killed one published past what its spare followed) numbers its
+        next params above the highest version the registry heard of, so no sampler
+        or evaluator ever sees a version go back or a number stand for two policies.
+        Not for gossip peers, whose versions are each their own."""
+        client = self.registry_client
+        s = self.trainer.state
+        if client is None or self.job.traits.decentralised or client.version_seen <= s.version:
+            return
+        self.log.info("version_floor_taken", version=s.version,
+                      version_seen=client.version_seen, now=client.version_seen + 1)
+        s.version = client.version_seen + 1
 
     async def _send_last(self) -> None:
         """Send the params last published again. Not the live ones: the subscriber

@@ -47,6 +47,7 @@ class RegistryClient:
         )
         self.members: dict[str, wire.Member] = {}
         self.seq = -1
+        self.version_seen = 0  # the group's highest params version, as the registry heard
         self.dealer: zmq.asyncio.Socket | None = None  # opened by `run`, before any exchange
         self.sub: zmq.asyncio.Socket | None = None
         self.sub_endpoint = ""
@@ -131,6 +132,7 @@ class RegistryClient:
                 if not msg.ok:
                     raise RoleRefused(msg.error)
                 self.registered = True
+                self.version_seen = max(self.version_seen, msg.version_seen)
                 self.last_reply = time.monotonic()
                 if self.members:  # registering again: the registry may have restarted
                     # two liveness periods: a member that lost the registry retries
@@ -144,6 +146,7 @@ class RegistryClient:
 
     async def _handle(self, msg: wire.Message) -> None:
         if isinstance(msg, wire.HeartbeatReply):
+            self.version_seen = max(self.version_seen, msg.version_seen)
             if not msg.known:
                 self.registered = False
             elif msg.members_seq > self.seq:

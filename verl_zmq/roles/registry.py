@@ -3,7 +3,10 @@
 ROUTER on the job's fixed port takes registrations, heartbeats, snapshot
 requests, deregistrations and job-wide shutdowns; PUB publishes sequenced
 membership deltas and shutdowns. A member silent for `heartbeat_liveness`
-intervals is dropped. Imports no torch: it starts in a fraction of a second.
+intervals is dropped. Heartbeats carry each member's params version; the highest
+of a group goes back in every reply (`version_seen`), so a trainer that takes
+over never publishes a version below one its group has used. Imports no torch:
+it starts in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ class RegistryRole(Role):
         self.shutdown_reason = ""
         self.refused = 0
         self.dropped = 0
+        # group -> the highest params version its members' heartbeats reported: the
+        # floor a trainer that takes over numbers its next params above
+        self.seen: dict[str, int] = {}
 
     async def setup(self) -> None:
         t = self.ctx.transport
@@ -84,7 +90,7 @@ class RegistryRole(Role):
             await self._publish("join", m)
         await self._reply(ident, wire.RegisterReply(
             ok=True, pub_endpoint=self.endpoints["membership"], members_seq=self.seq,
-            members=list(self.members.values())))
+            members=list(self.members.values()), version_seen=self.seen.get(m.group, 0)))
 
     async def _drop(self, member_id: str, why: str) -> None:
         m = self.members.pop(member_id, None)
@@ -102,11 +108,16 @@ class RegistryRole(Role):
             await self._on_register(ident, msg)
         elif isinstance(msg, wire.Heartbeat):
             known = m is not None and m.incarnation == msg.incarnation
+            group = m.group if m is not None else ""
             if known:
                 self.last_seen[msg.src] = time.monotonic()
                 self.identity[msg.src] = ident
+                version = msg.status.get("version", 0)
+                if isinstance(version, int | float) and version > self.seen.get(group, 0):
+                    self.seen[group] = int(version)
             await self._reply(ident, wire.HeartbeatReply(
-                known=known, members_seq=self.seq, shutdown=self.shutdown_reason))
+                known=known, members_seq=self.seq, shutdown=self.shutdown_reason,
+                version_seen=self.seen.get(group, 0)))
         elif isinstance(msg, wire.SnapshotRequest):
             await self._reply(ident, wire.MembershipSnapshot(
                 members_seq=self.seq, members=list(self.members.values())))

@@ -149,6 +149,9 @@ class RegisterReply(Message):
     pub_endpoint: str = ""
     members_seq: int = 0
     members: list[Member] = field(default_factory=list)
+    # the highest params version the member's group has reported (samplers, the
+    # evaluator, trainers): a trainer that takes over numbers its params above it
+    version_seen: int = 0
 
 
 @dataclass(kw_only=True)
@@ -168,6 +171,7 @@ class HeartbeatReply(Message):
     known: bool = True
     members_seq: int = 0
     shutdown: str = ""  # non-empty: the job is stopping, for this reason
+    version_seen: int = 0  # as RegisterReply's, now
 
 
 @dataclass(kw_only=True)

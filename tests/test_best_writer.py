@@ -9,7 +9,7 @@ import asyncio
 import threading
 from types import SimpleNamespace
 
-from verl_zmq.roles import evaluator
+from verl_zmq.roles import best_writer, evaluator
 
 
 def test_best_pt_is_written_behind_the_evaluations_newest_first(tmp_path, monkeypatch):
@@ -20,10 +20,10 @@ def test_best_pt_is_written_behind_the_evaluations_newest_first(tmp_path, monkey
         gate.wait(30)  # the first write: as long as the test holds it
         written.append(meta)
 
-    monkeypatch.setattr(evaluator, "_write_best", slow_write)
+    monkeypatch.setattr(best_writer, "write_best", slow_write)
     role = object.__new__(evaluator.EvaluatorRole)
     role.ctx = SimpleNamespace(run_dir=str(tmp_path))
-    role.best_next, role.best_writer = None, None
+    role.best_writer = best_writer.BestWriter(SimpleNamespace())
 
     async def main() -> None:
         for v in (1, 2, 3):  # three bests while the first is being written

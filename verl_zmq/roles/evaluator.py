@@ -26,11 +26,11 @@ from ..config.wiring import EVALUATOR_PARAMS
 from ..envs.infos import means
 from ..envs.make import env_spec
 from ..learning.gossip.core import fingerprint
-from ..log import write_failed
 from ..normalize import obs_norm
 from ..policy.evaluate import evaluate, video_available
 from ..policy.numpy_actor import make_actor
 from .base import Role, reconnect, recv
+from .best_writer import BestWriter
 
 CONFIRM_SEEDS = 500_009  # a best-model candidate's second evaluation: episode seeds apart
 HISTORY = 16  # returns of recent params, and versions of each peer, by fingerprint
@@ -42,13 +42,6 @@ def _put(d: dict[Any, Any], key: Any, value: Any, cap: int) -> None:
     d[key] = value
     while len(d) > cap:
         d.pop(next(iter(d)))
-
-
-def _write_best(path: Path, job_text: str, algorithm: str, policy: dict[str, Any],
-                rms: dict[str, Any] | None, meta: dict[str, Any]) -> None:
-    from ..checkpoint import policy_state, save_atomic  # torch: first needed here
-
-    save_atomic(policy_state(job_text, algorithm, policy, rms, **meta), path)
 
 
 def confirm_episodes(job: Job) -> int:
@@ -101,8 +94,7 @@ class EvaluatorRole(Role):
         self.held: dict[str, tuple[str, wire.Params]] = {}  # trainer -> (fingerprint, params)
         self.credited: dict[str, int] = {}  # trainer -> the version last charted
         self.history: dict[str, dict[str, int]] = {}  # DAPO peer -> recent prints: version
-        self.best_next: tuple[Any, ...] | None = None  # best.pt's contents, not yet written
-        self.best_writer: asyncio.Task[None] | None = None
+        self.best_writer = BestWriter(self.log)
         self.video_dir = ""
         if self.job.environment.record_video:
             if video_available():
@@ -368,25 +360,11 @@ class EvaluatorRole(Role):
                              policy, rms, meta))
 
     def _keep_best(self, what: tuple[Any, ...]) -> None:
-        """Write best.pt behind the evaluations: the newest best waiting is written
-        next, the others are passed over. A write may take seconds (the first
-        imports torch where the evaluator was not forked with it), and the
-        evaluations due meanwhile must not wait for it."""
-        self.best_next = what
-        if self.best_writer is None or self.best_writer.done():
-            self.best_writer = asyncio.create_task(self._write_bests())
-
-    async def _write_bests(self) -> None:
-        while self.best_next is not None:
-            (path, *what), self.best_next = self.best_next, None
-            try:
-                await asyncio.to_thread(_write_best, path, *what)
-            except OSError as e:
-                write_failed(self.log, "best_model_failed", path, e, "keeping the last best.pt")
+        """Write best.pt behind the evaluations (roles/best_writer.py)."""
+        self.best_writer.keep(what)
 
     async def teardown(self) -> None:
-        if self.best_writer is not None:  # the job's best is on disk before we exit
-            await self.best_writer
+        await self.best_writer.done()  # the job's best is on disk before we exit
 
     def status(self) -> dict[str, float]:
         """The newest params version held (a trainer's versions, not gossip peers'

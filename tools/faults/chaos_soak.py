@@ -15,6 +15,12 @@ schedule:
 - once, at two thirds: the run folder's disk (a tmpfs of its own) filled for
   20 s, then freed.
 
+With --pairs, instead: every 30 s from 30 s on, two faults at once (each in a
+thread of its own, both waited for before the next pair), drawn from every kind:
+kill -9 of a sampler, the shard, the trainer, the evaluator or the registry,
+host 1 partitioned for 10 s, host 1 crashed, the disk full for 20 s (a crash
+and a partition of the same host are not drawn together).
+
 One JSON line per fault (what, when, detected after, recovered after), then a
 summary: faults survived, fragments sent, received and lost against what the
 faults explain (in flight on a killed sampler, a shard's pipes, a cut or crashed
@@ -23,6 +29,7 @@ role at minute 5 and at the end, the exit code, whether every checkpoint
 loads, the best evaluation, and any assertion in a role's stderr. Needs root.
 
     sudo python tools/faults/chaos_soak.py [--minutes 30] [--job configs/cartpole_ppo.toml]
+    sudo python tools/faults/chaos_soak.py --pairs --minutes 60
 """
 
 from __future__ import annotations
@@ -225,6 +232,54 @@ def run_faults(s: Soak, minutes: float, seed: int) -> dict:
     return mem
 
 
+PAIR_FAULTS = ("kill sampler", "kill replay", "kill trainer", "kill evaluator",
+               "kill registry", "partition", "crash", "disk")
+
+
+def draw_pair(rng: random.Random) -> tuple[str, str]:
+    """Two faults of different kinds; not a crash and a partition of host 1 together."""
+    while True:
+        a, b = rng.sample(PAIR_FAULTS, 2)
+        if {a, b} != {"partition", "crash"}:
+            return a, b
+
+
+def inject(s: Soak, fault: str, rng: random.Random) -> None:
+    if fault.startswith("kill "):
+        s.kill(fault.split()[1], rng)
+    else:
+        {"partition": s.partition, "crash": s.crash, "disk": s.disk_full}[fault]()
+
+
+def run_pairs(s: Soak, minutes: float, seed: int, every: float = 30.0) -> dict:
+    """Two faults at once every `every` seconds (the next pair waits for both);
+    the memory samples as `run_faults` takes them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = random.Random(seed)
+    mem: dict = {}
+
+    def until(at: float) -> None:
+        while time.time() < s.t0 + at:
+            if "minute_5" not in mem and time.time() >= s.t0 + 300:
+                mem["minute_5"] = memory(s)
+            time.sleep(0.5)
+
+    at = every
+    while at < minutes * 60 - every / 2:
+        until(at)
+        pair = draw_pair(rng)
+        # each thread its own generator: which member a kill picks stays seeded
+        rngs = [random.Random(rng.random()) for _ in pair]
+        with ThreadPoolExecutor(2) as ex:
+            list(ex.map(lambda fr: inject(s, *fr), zip(pair, rngs, strict=True)))
+        at = max(at + every, time.time() - s.t0)
+    until(minutes * 60)
+    mem["end"] = memory(s)
+    mem.setdefault("minute_5", mem["end"])
+    return mem
+
+
 def summary(s: Soak, mem: dict, rc: int | None) -> dict:
     import torch
 
@@ -268,6 +323,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--delay", type=float, default=0.3,
                     help="seconds the learner sleeps after each update")
+    ap.add_argument("--pairs", action="store_true",
+                    help="two faults at once every 30 s, of every kind (see above)")
     args = ap.parse_args()
     from tools.hosts.netns import Lab, unavailable
 
@@ -287,7 +344,7 @@ def main() -> int:
                     s.r.stop()
                     return 1
                 s.t0 = time.time()  # the schedule starts when training does
-                mem = run_faults(s, args.minutes, args.seed)
+                mem = (run_pairs if args.pairs else run_faults)(s, args.minutes, args.seed)
                 s.r.proc.send_signal(signal.SIGINT)
                 try:
                     rc = s.r.proc.wait(180)

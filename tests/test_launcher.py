@@ -212,6 +212,33 @@ def test_a_warm_spare_let_go_unused_exits_quietly():
     assert r.returncode == 0 and not r.stdout and not r.stderr, (r.returncode, r.stderr)
 
 
+def test_a_spare_whose_job_comes_first_is_not_left_idle():
+    """The job (here: the end of stdin) arriving before the spare's main thread has
+    gone idle leaves it at normal priority: idle behind busy cores it would not run
+    again (a takeover stuck, or a spare that never exits)."""
+    import os
+    import subprocess
+
+    from tests.conftest import PY, ROOT
+
+    if os.geteuid() != 0:
+        pytest.skip("going idle and back needs root, as CI has")
+    code = (
+        "import os, threading\n"
+        "from verl_zmq import runner\n"
+        "import verl_zmq.roles.base as base\n"
+        "start = threading.Thread.start\n"
+        "def start_and_finish(self):  # the watcher runs to its end first\n"
+        "    start(self)\n"
+        "    self.join()\n"
+        "threading.Thread.start = start_and_finish\n"
+        "base.role_class = lambda role: type('R', (), {'preload': staticmethod(lambda: None)})\n"
+        "print(runner.standby('learner'), os.sched_getscheduler(0) == os.SCHED_OTHER)\n")
+    r = subprocess.run([PY, "-c", code], cwd=ROOT, stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=120)
+    assert r.stdout.split() == ["False", "True"], (r.stdout, r.stderr[-2000:])
+
+
 def test_resume_auto_picks_the_newest_checkpointed_run_of_the_job(tmp_path, capsys):
     import os
 

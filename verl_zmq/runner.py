@@ -53,16 +53,25 @@ def standby(role: str, follower: Any = None) -> bool:
     main = threading.get_native_id()
 
     stdin: Any = sys.stdin.buffer  # a BufferedReader: it peeks
+    # the job (or the end of stdin) may come before this thread has gone idle: the
+    # lock makes "go idle" and "back to normal" happen in that order or not at all
+    # (a spare left idle behind busy cores would not run again, job or not)
+    lock = threading.Lock()
+    arrived = False
 
     def watch() -> None:  # started before going idle: runs at normal priority
+        nonlocal arrived
         stdin.peek(1)
-        if idle:
-            os.sched_setscheduler(main, os.SCHED_OTHER, os.sched_param(0))
+        with lock:
+            arrived = True
+            if idle:
+                os.sched_setscheduler(main, os.SCHED_OTHER, os.sched_param(0))
 
     waiter = threading.Thread(target=watch, daemon=True)
     waiter.start()
-    if idle:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    with lock:
+        if idle and not arrived:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     if follower is not None:
         follower.start()
     role_class(role).preload()

@@ -5,8 +5,9 @@ A role that exits non-zero is restarted by the job's policy: the first time at
 once (a warm spare makes it cheap), then with a backoff doubling from
 `launch.restart_backoff_s` up to MAX_BACKOFF_S, up to `launch.max_restarts`
 times (`max_restarts_per_role`); one that had been up for
-`launch.restart_window_s` starts its budget afresh, and bad input (exit 2) is
-never retried.
+`launch.restart_window_s`, or a trainer that updated since its last start (a
+takeover that worked), starts its budget and backoff afresh, and bad input
+(exit 2) is never retried.
 
 A centralised job cannot go on without its vital roles (the registry, the
 learners), nor once every process of a role its group needs has failed for good
@@ -26,12 +27,16 @@ from .remote import RoleProcess
 MAX_BACKOFF_S = 60.0  # restart delays double up to this
 
 
-def restart_delay(L: Launch, rp: RoleProcess, rc: int, now: float) -> float | None:
+def restart_delay(L: Launch, rp: RoleProcess, rc: int, now: float,
+                  worked: bool = False) -> float | None:
     """Seconds to wait before restarting `rp`, which exited with `rc`; None to give
-    up (bad input, exit 2, or the restart budget spent). Counts the restart."""
-    # a role that had been up for the window crashed anew, not in a loop: the budget
-    # and the backoff start afresh (a week-long job survives a crash a day)
-    if now - rp.started_at >= L.restart_window_s:
+    up (bad input, exit 2, or the restart budget spent). `worked`: it did its work
+    since its last start (a trainer updated). Counts the restart."""
+    # a role that had been up for the window, or that worked, crashed anew, not in
+    # a loop: the budget and the backoff start afresh (a week-long job survives a
+    # crash a day; a learner killed again after its takeover trained is taken over
+    # at once, not after a doubling delay)
+    if worked or now - rp.started_at >= L.restart_window_s:
         rp.streak = 0
     if rc == 2 or rp.streak >= L.max_restarts_per_role.get(rp.placement.role, L.max_restarts):
         return None

@@ -148,6 +148,7 @@ class RoleProcess:
     restarts: int = 0  # in all
     streak: int = 0  # restarts since it last stayed up for launch.restart_window_s
     started_at: float = 0.0  # monotonic
+    started_wall: float = 0.0  # the same, by the clock its log lines carry
     exit_code: int | None = None
     err_from: int = 0  # err_path's size when this incarnation started
     spares_lost: int = 0  # spares that exited before they were used
@@ -214,6 +215,7 @@ class RoleProcess:
         self.spare = None
         self.exit_code = None
         self.started_at = time.monotonic()
+        self.started_wall = time.time()
         try:
             self.err_from = self.err_path.stat().st_size
         except OSError:

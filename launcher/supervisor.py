@@ -137,7 +137,9 @@ class Supervisor:
                 if await self.hosts.host_lost(rp, host):
                     continue  # it answers again: the role was restarted there
                 return
-            delay = restart_delay(L, rp, rc, time.monotonic())
+            # a trainer that logged its first update since this start had taken over
+            worked = self.view.updated_at.get(p.member_id, 0.0) >= rp.started_wall > 0
+            delay = restart_delay(L, rp, rc, time.monotonic(), worked)
             if delay is not None:
                 await asyncio.sleep(delay)
                 if self.stopping:

@@ -169,6 +169,11 @@ def test_restart_policy_backs_off_gives_up_and_forgives_a_long_run(tmp_path):
     big = load_job(CONFIGS / "cartpole_ppo.toml", overrides=["launch.max_restarts=20"]).launch
     fresh = RoleProcess(rp.placement, [], b"", rp.log_path, rp.err_path)
     assert max(restart_delay(big, fresh, 1, 0.0) for _ in range(20)) == 60.0
+    # a trainer that updated since each start was taken over, not crash-looping: each
+    # of its restarts is at once, however many, and none spends its budget
+    took = RoleProcess(rp.placement, [], b"", rp.log_path, rp.err_path)
+    assert [restart_delay(L, took, -9, 5.0, worked=True) for _ in range(6)] == [0] * 6
+    assert took.restarts == 6 and restart_delay(L, took, -9, 5.0) == 1
 
 
 def test_a_restarted_role_reads_only_its_own_stderr(tmp_path):

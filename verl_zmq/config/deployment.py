@@ -49,7 +49,9 @@ class Launch:
     max_restarts: int = 3  # per role process, with exponential backoff
     max_restarts_per_role: dict[str, Any] = field(default_factory=dict)  # e.g. {sampler = 10}
     restart_backoff_s: float = 1.0  # the first restart is at once; then this, doubling to 60 s
-    restart_window_s: float = 600.0  # up this long: the role's restart budget starts afresh
+    # up this long (or a trainer that updated since its start): its restart budget
+    # and backoff start afresh
+    restart_window_s: float = 600.0
     standby: list[str] = field(default_factory=lambda: list(TRAINER_ROLES))  # warm spares
     fork_server: bool = True  # local roles forked from one warm process (imports once)
     grace_s: float = 10.0  # between SIGTERM and SIGKILL when stopping

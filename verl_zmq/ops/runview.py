@@ -44,6 +44,7 @@ class RunView:
     keep_train: bool = True
     finished: bool = False
     trained: set[str] = field(default_factory=set)  # trainers that logged `first_update`
+    updated_at: dict[str, float] = field(default_factory=dict)  # their latest one's log time
     dropped: int = 0  # fragments the learners dropped for lag (max over them)
     # what best.pt holds, as the evaluator kept it: (mean return, env steps, episodes)
     best: tuple[float, int, int] | None = None
@@ -100,6 +101,7 @@ class RunView:
             self.evaluating = ev
         elif name == "first_update":
             self.trained.add(mid)
+            self.updated_at[mid] = ts
         elif name == "training_finished":
             self.finished = True
             if isinstance(ev.get("env_steps"), int):

@@ -1,11 +1,13 @@
 """A policy leaves the cluster: `verl export` (TorchScript, ONNX run by
 onnxruntime) gives the PyTorch policy's actions on 1,000 recorded observations;
 `verl serve` answers 1,000 client requests, reports latency percentiles, and
-answers malformed requests with an error while it keeps serving; `verl eval`
+answers malformed requests with an error while it keeps serving, and a
+client of a stopped server gets a TimeoutError at its deadline; `verl eval`
 evaluates a checkpoint by hand."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 
@@ -140,13 +142,29 @@ def test_serve_answers_requests_reports_latency_and_survives_bad_ones(tmp_path):
             client.act(np.zeros((1, 7)))
         np.testing.assert_allclose(client.act(obs[:5]), expected[:5], atol=1e-5)  # still up
         client.close()
+        # a server that stops answering (stopped, hung) is a TimeoutError at the
+        # client's deadline, not a wait forever; the same client works once it is back
+        client = PolicyClient(f"tcp://127.0.0.1:{port}", timeout_s=1.0)
+        server.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(TimeoutError, match="no reply from tcp://127.0.0.1"):
+                client.act(obs[:1])
+        finally:
+            server.send_signal(signal.SIGCONT)
+        for _ in range(60):  # a loaded machine may take more than a second to answer
+            with contextlib.suppress(TimeoutError):
+                np.testing.assert_allclose(client.act(obs[:1]), expected[:1], atol=1e-5)
+                break
+        else:
+            raise AssertionError("the client never got a reply once the server was back")
+        client.close()
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(30)
     assert server.returncode == 0, server.stderr.read()[-2000:]
     reports = [e for e in read_events(log) if e.get("event") == "serve_latency"]
     assert reports and sum(e["window"] for e in reports) >= 1000 + len(bad) + 2
-    assert reports[-1]["requests"] >= 1007 and reports[-1]["errors"] == len(bad) + 1
+    assert reports[-1]["requests"] >= 1008 and reports[-1]["errors"] == len(bad) + 1
     assert all(0 < e["p50_ms"] <= e["p99_ms"] for e in reports)
 
 

@@ -14,9 +14,8 @@ Lookups load the families first (`plugins.load`)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from .. import plugins
@@ -75,8 +74,7 @@ def with_budget(job: Any) -> Any:
     steps = src.budget(job) if src is not None else None
     if steps is None or steps == job.training.total_timesteps:
         return job
-    return dataclasses.replace(job, training=dataclasses.replace(job.training,
-                                                                 total_timesteps=steps))
+    return replace(job, training=replace(job.training, total_timesteps=steps))
 
 
 def grouped(env_id: str) -> Grouped | None:

@@ -31,6 +31,9 @@ class Feed(Protocol):
     async def reconcile(self, wanted: dict[str, ShardAddress]) -> None:
         """Follow the group's shards: connect new ones, drop gone or restarted ones."""
 
+    def shards(self) -> list[str]:
+        """The shards it reads from now."""
+
     async def next(self) -> Arrays | None:
         """The next batch, or None when nothing usable came (ask again)."""
 

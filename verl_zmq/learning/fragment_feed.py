@@ -124,6 +124,9 @@ class FragmentFeed:
             await self._credit(link)
         return [a for _, a, _ in out]
 
+    def shards(self) -> list[str]:
+        return sorted(self.links.links)
+
     async def next(self) -> Arrays | None:
         """The next batch: fragments side by side, [T, sum E, ...]; None when the
         filter left nothing."""

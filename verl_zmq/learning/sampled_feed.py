@@ -104,6 +104,9 @@ class SampledFeed:
             return
         await self.batches.put((link, msg))
 
+    def shards(self) -> list[str]:
+        return sorted(self.links.links)
+
     async def next(self) -> Arrays | None:
         link, msg = await self.batches.get()
         link.credit -= 1

@@ -32,7 +32,9 @@ from ..checkpoint import (
     save_folder_atomic,
     write_checkpoint,
 )
+from ..comm.stalls import Stalls
 from ..config import Job, dumps_job
+from ..config.wiring import REQUESTS
 from ..envs.spec import EnvSpec
 from ..files import clean_temporaries, free_mb
 from ..log import write_failed
@@ -72,6 +74,7 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}
         self.critic = CriticWatch(rewards_scaled=job.environment.normalize_reward)
         self.learn_s = 0.0
+        self.stalls = Stalls(log, 2 * job.launch.liveness_timeout_s)
         # the policy's arrays as they were before the update running now (None: not
         # taken since the weights last changed); see `arrays`
         self.held: dict[str, np.ndarray] | None = None
@@ -205,7 +208,9 @@ class Trainer:
         trainer alone writes its counters: env steps as the feed reports them."""
         T = self.job.training
         while self._count(feed) < T.total_timesteps:
-            batch = await feed.next()
+            async with self.stalls.watch(REQUESTS.name, lambda: feed.shards()
+                                         or ["no shard of its group is alive"]):
+                batch = await feed.next()
             self._count(feed)
             if batch is None:
                 continue
@@ -346,7 +351,8 @@ class Trainer:
     def metrics(self, r: str) -> dict[str, float]:
         out: dict[str, float] = {
             f"{r}/env_steps": self.state.env_steps, f"{r}/updates": self.algo.updates,
-            f"{r}/policy_version": self.state.version, f"{r}/learn_s": round(self.learn_s, 3)}
+            f"{r}/policy_version": self.state.version, f"{r}/learn_s": round(self.learn_s, 3),
+            f"{r}/stalls": self.stalls.count}
         if self.returns:
             out[f"{r}/episode_return_mean"] = round(self.mean_return(), 3)
         if torch.device(self.device).type == "cuda":  # what the job's GPU must hold at most

@@ -189,17 +189,32 @@ class PolicyServer:
 
 
 class PolicyClient:
-    """Sends observations to a `verl serve` endpoint and returns its actions."""
+    """Sends observations to a `verl serve` endpoint and returns its actions. A
+    request without a reply in `timeout_s` (the server stopped, hung or gone)
+    raises TimeoutError; the client is usable again at once."""
 
     def __init__(self, endpoint: str, timeout_s: float = 10.0):
-        self.sock = zmq.Context.instance().socket(zmq.REQ)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.RCVTIMEO, int(timeout_s * 1000))
-        self.sock.connect(endpoint)
+        self.endpoint, self.timeout_s = endpoint, timeout_s
+        self.sock = self._connect()
+
+    def _connect(self) -> zmq.Socket:
+        sock = zmq.Context.instance().socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, int(self.timeout_s * 1000))
+        sock.setsockopt(zmq.SNDTIMEO, int(self.timeout_s * 1000))
+        sock.connect(self.endpoint)
+        return sock
 
     def request(self, payload: bytes) -> dict:
-        self.sock.send(payload)
-        return msgpack.unpackb(self.sock.recv(), raw=False)
+        try:
+            self.sock.send(payload)
+            return msgpack.unpackb(self.sock.recv(), raw=False)
+        except zmq.Again:
+            # a REQ socket that sent and got no reply can send nothing more: a new one
+            self.sock.close(0)
+            self.sock = self._connect()
+            raise TimeoutError(f"no reply from {self.endpoint} in {self.timeout_s:g} s "
+                               f"(the server is stopped, hung or gone)") from None
 
     def act(self, obs, state: np.ndarray | None = None):
         """Actions for a batch of observations [B, ...] (a structured one: {column:

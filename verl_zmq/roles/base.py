@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import wire
 from ..comm.messaging import WireStats, reconnect, recv, send
+from ..comm.stalls import Stalls
 from ..comm.transport import Transport
 from ..config import Job
 from ..config.members import index_of
@@ -71,6 +72,7 @@ class Role:
         self.job = ctx.job.peer_view()
         self.log = ctx.log
         self.wire_stats = WireStats(ctx.log, ctx.job.logging.interval_s)
+        self.stalls = Stalls(ctx.log, 2 * ctx.job.launch.liveness_timeout_s)
         self.stop_event = asyncio.Event()
         self.stop_reason = ""
         self.endpoints: dict[str, str] = {}

@@ -10,8 +10,10 @@ group's shards; when they are full the send waits (backpressure, measured).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,7 @@ import zmq
 
 from .. import wire
 from ..batch import job_layout
+from ..comm.stalls import Peers
 from ..config.members import acting_seeds
 from ..config.roles import SAMPLER
 from ..config.wiring import FRAGMENTS, SAMPLER_PARAMS
@@ -69,6 +72,7 @@ class SamplerRole(Role):
         self.waiting_since: float | None = None
         self.param_wait_s = 0.0
         self.param_waits_timed_out = 0
+        self.final_seen = False
         self.returns: deque[float] = deque(maxlen=100)
         self.lengths: deque[int] = deque(maxlen=100)
         self.infos: dict[str, deque[float]] = {}  # logging.info_keys, recent episodes
@@ -99,9 +103,29 @@ class SamplerRole(Role):
         else:
             self.shard_ready.clear()
 
+    def trained_out(self) -> bool:
+        """Its learner sent its final params: it trains no more."""
+        return self.final_seen
+
+    def _watch(self, exchange: str, peers: Peers) -> AbstractAsyncContextManager[None]:
+        """A wait on the training side, watched while it trains (after its final
+        params, shards fill and params stop coming by design)."""
+        if self.trained_out():
+            return contextlib.nullcontext()
+        return self.stalls.watch(exchange, peers)
+
+    def _learners_named(self) -> list[str]:
+        return sorted(self.learners) or ["no learner of its group is alive"]
+
+    def _shards_named(self) -> list[str]:
+        return sorted(self.shards) or ["no shard of its group is alive"]
+
     async def _params_loop(self) -> None:
         while True:
-            _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
+            async with self._watch(SAMPLER_PARAMS.name, self._learners_named):
+                _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
+            if msg is not None and msg.final:
+                self.final_seen = True
             # any other version: a learner restarted without a checkpoint counts from 0 again
             c = self.collector
             if msg is not None and self.pacer is not None:
@@ -163,8 +187,9 @@ class SamplerRole(Role):
             for k, vals in c.infos_taken().items():
                 self.infos.setdefault(k, deque(maxlen=100)).extend(vals)
             self.waiting_since = time.monotonic()
-            await self.shard_ready.wait()
-            await send(self.push, wire.Fragment(version=version, arrays=arrays), self.id)
+            async with self._watch(FRAGMENTS.name, self._shards_named):
+                await self.shard_ready.wait()
+                await send(self.push, wire.Fragment(version=version, arrays=arrays), self.id)
             self.wait_s += time.monotonic() - self.waiting_since
             self.waiting_since = None
             self.fragments += 1
@@ -197,6 +222,7 @@ class SamplerRole(Role):
                "sampler/backpressure_wait_s": round(waited, 3),
                "sampler/param_wait_s": round(self.param_wait_s, 3),
                "sampler/param_waits_timed_out": self.param_waits_timed_out,
+               "sampler/stalls": self.stalls.count,
                "sampler/policy_version": c.version, "sampler/param_swaps": c.swaps,
                "sampler/params_rejected": c.rejected_params}
         out.update(c.metrics())  # its own: env failures, tokens, timing_s/gen

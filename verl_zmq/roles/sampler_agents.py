@@ -121,9 +121,13 @@ class MultiAgentSampler(SamplerRole):
                 return p
         return None
 
+    def trained_out(self) -> bool:
+        return self.finished >= set(self.collector.seats)
+
     async def _params_loop(self) -> None:
         while True:
-            _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
+            async with self._watch(SAMPLER_PARAMS.name, self._learners_named):
+                _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
             if msg is None:
                 continue
             p = self._policy_of(msg.src)
@@ -163,15 +167,16 @@ class MultiAgentSampler(SamplerRole):
             self.param_wait_s += time.monotonic() - t0
             ready = await asyncio.to_thread(c.collect_ready)
             self.waiting_since = time.monotonic()
-            await self.shard_ready.wait()
-            for p, arrays, version in ready:
-                if p in self.finished:
-                    self.unshipped += 1
-                    continue
-                await send(self.pushes[p], wire.Fragment(version=version, arrays=arrays,
-                                                         policy=p), self.id)
-                self.fragments += 1
-                self.shipped[p] += 1
+            async with self._watch(FRAGMENTS.name, self._shards_named):
+                await self.shard_ready.wait()
+                for p, arrays, version in ready:
+                    if p in self.finished:
+                        self.unshipped += 1
+                        continue
+                    await send(self.pushes[p], wire.Fragment(version=version, arrays=arrays,
+                                                             policy=p), self.id)
+                    self.fragments += 1
+                    self.shipped[p] += 1
             self.wait_s += time.monotonic() - self.waiting_since
             self.waiting_since = None
 

@@ -4,11 +4,13 @@ seed, filled to `--fill` transitions with snapshots every `--interval` s (the
 default 30: the kill falls between two), its shard killed with -9; prints the
 buffer's size in its last report before the kill (every 0.5 s) against what the
 replacement restored (the snapshot, then the write-ahead log) and first reported.
-Then the log's cost, one job after the other: the learner's updates per second
-over the same wall time with the log on (`replay.wal_interval_s`) and off, and
-the log's bytes per second of disk.
+Then the log's cost, one job after the other, on and off in turn `--repeats`
+times (one run alone swings by more than the log costs: the samplers' insert
+rate, which paces a DQN learner, differs from run to run): the learner's updates
+per second over the same wall time with the log on (`replay.wal_interval_s`)
+and off, their means and ratio, and the log's bytes per second of disk.
 
-    python tools/faults/shard_kill.py [--seeds 0 1 2 3 4] [--fill 4000]
+    python tools/faults/shard_kill.py [--seeds 0 1 2 3 4] [--fill 4000] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -88,17 +90,21 @@ def main() -> int:
     ap.add_argument("--fill", type=int, default=4000, help="transitions before the kill")
     ap.add_argument("--interval", type=float, default=30.0, help="snapshot interval (s)")
     ap.add_argument("--seconds", type=float, default=60.0, help="each cost run's window")
+    ap.add_argument("--repeats", type=int, default=3, help="cost runs with the log on and off")
     args = ap.parse_args()
     kills = []
     for seed in args.seeds:
         with tempfile.TemporaryDirectory() as tmp:
             kills.append(kill(args.job, Path(tmp), args.fill, args.interval, seed))
         print(json.dumps({"kill": kills[-1]}), flush=True)
-    cost = {}
-    for name, wal_s in (("log_on", 0.5), ("log_off", 0.0)):
-        with tempfile.TemporaryDirectory() as tmp:
-            cost[name] = updates_per_s(args.job, Path(tmp), wal_s, args.seconds)
-        print(json.dumps({name: cost[name]}), flush=True)
+    cost: dict[str, list[dict]] = {"log_on": [], "log_off": []}
+    for i in range(args.repeats):
+        # alternate which goes first: a drift of the machine falls on both alike
+        arms = (("log_on", 0.5), ("log_off", 0.0))
+        for name, wal_s in arms if i % 2 == 0 else arms[::-1]:
+            with tempfile.TemporaryDirectory() as tmp:
+                cost[name].append(updates_per_s(args.job, Path(tmp), wal_s, args.seconds))
+            print(json.dumps({name: cost[name][-1]}), flush=True)
     print("\n| seed | size at the kill | last snapshot | restored (snapshot + log) | "
           "restored / at kill | first report after |\n|---|---|---|---|---|---|")
     ok = True
@@ -108,10 +114,15 @@ def main() -> int:
         print(f"| {k.get('seed')} | {k.get('size_at_kill')} | {k.get('last_snapshot_size')} | "
               f"{k.get('restored')} ({k.get('from_snapshot')} + {k.get('from_log')}) | "
               f"{ratio:.3f} | {k.get('first_report_after')} |")
-    on, off = cost["log_on"].get("updates_per_s"), cost["log_off"].get("updates_per_s")
+    def mean(name: str, key: str) -> float | None:
+        vals = [c[key] for c in cost[name] if isinstance(c.get(key), int | float)]
+        return sum(vals) / len(vals) if vals else None
+
+    on, off = mean("log_on", "updates_per_s"), mean("log_off", "updates_per_s")
     if on and off:
-        print(f"\nlearner updates/s with the log (every 0.5 s) / without: {on} / {off} = "
-              f"{on / off:.2f}; the log wrote {cost['log_on'].get('wal_bytes_per_s')} B/s")
+        print(f"\nlearner updates/s with the log (every 0.5 s) / without, means of "
+              f"{args.repeats}: {on:.1f} / {off:.1f} = {on / off:.3f}; the log wrote "
+              f"{mean('log_on', 'wal_bytes_per_s'):.0f} B/s")
     return 0 if ok else 1
 
 

@@ -91,7 +91,14 @@ def kill_one(r: Run, member: str, recover_s: float, await_spare: bool = True,
     before = max((v for _, v in r.progress()), default=0)
     pid = r.pid(member)
     t_kill = time.time()
-    os.kill(pid, sig)
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        # its latest incarnation is not in the launcher's log (a full disk cost the
+        # line) or is starting: nothing was killed
+        return {"member": member, "kind": r.members().get(member, "?"), "t": t_kill,
+                "skipped": f"no process at its last logged pid {pid}", "restarted": False,
+                "warm": False, "recover_s": None}
     back = wait(lambda: [e for e in r.launcher("role_restarted")
                          if e["member"] == member and e["ts"] > t_kill], recover_s)
     restarted = bool(back)

@@ -71,6 +71,7 @@ class Soak:
                      hosts=str(hosts), wrap=lab.wrap(0))
         self.t0 = time.time()
         self.faults: list[dict] = []
+        self.skipped = 0  # kills with no process to kill (its pid's log line lost)
         self.host1_hits = 0  # samplers on host 1 at each cut or crash, summed
         self.sampler_kills = self.shard_kills = 0
 
@@ -117,6 +118,11 @@ class Soak:
         member = rng.choice(pool)
         t = self.at()
         out = kill_one(self.r, member, recover_s=120)
+        if "skipped" in out:  # not a fault: said, not counted
+            self.skipped += 1
+            print(json.dumps({"fault_skipped": f"kill -9 {member}", "at_s": t,
+                              "why": out["skipped"]}), flush=True)
+            return
         back = [e["ts"] for e in self.r.launcher("role_restarted")
                 if e["member"] == member and e["ts"] > out["t"]]
         self.sampler_kills += kind == "sampler"
@@ -304,7 +310,7 @@ def summary(s: Soak, mem: dict, rc: int | None) -> dict:
     except (OSError, ValueError):
         best = None
     return {"summary": True, "minutes": round((time.time() - s.t0) / 60, 1),
-            "faults": len(s.faults),
+            "faults": len(s.faults), "kills_skipped": s.skipped,
             "survived": sum(f.get("recovered_s") is not None for f in s.faults),
             # sent: each incarnation's last report, so a killed sampler's last
             # metrics interval of sends is missing (received can exceed it)

@@ -54,7 +54,27 @@ class Run:
         return max(started, key=lambda e: e["ts"])
 
     def pid(self, member: str) -> int:
-        return self._latest_start(member)["pid"]
+        """The member's process: as the launcher logged its latest start, or, where
+        that process is gone (a full disk cost the launcher's line), as the member's
+        own log names its pid."""
+        pid = self._latest_start(member)["pid"]
+        if alive(pid):
+            return pid
+        own = [e for e in events(self.run / "logs" / f"{member}.jsonl") if "pid" in e]
+        return own[-1]["pid"] if own and alive(own[-1]["pid"]) else pid
+
+    def back_at(self, member: str, since: float) -> float | None:
+        """When the member was back after `since`: the launcher's restart line, or
+        the first line of a new incarnation in its own log."""
+        back = [e["ts"] for e in self.launcher("role_restarted")
+                if e["member"] == member and e["ts"] > since]
+        if back:
+            return back[0]
+        own = events(self.run / "logs" / f"{member}.jsonl")
+        before = {e.get("incarnation") for e in own if e.get("ts", 0) <= since}
+        new = [e["ts"] for e in own if e.get("ts", 0) > since
+               and e.get("incarnation") not in before]
+        return new[0] if new else None
 
     def started_at(self, member: str) -> float:
         return self._latest_start(member)["ts"]
@@ -72,6 +92,16 @@ class Run:
 
     def stop(self) -> None:
         stop(self.proc)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def wait(pred, timeout: float, step: float = 0.25):
@@ -99,10 +129,10 @@ def kill_one(r: Run, member: str, recover_s: float, await_spare: bool = True,
         return {"member": member, "kind": r.members().get(member, "?"), "t": t_kill,
                 "skipped": f"no process at its last logged pid {pid}", "restarted": False,
                 "warm": False, "recover_s": None}
-    back = wait(lambda: [e for e in r.launcher("role_restarted")
-                         if e["member"] == member and e["ts"] > t_kill], recover_s)
-    restarted = bool(back)
-    t_back = back[0]["ts"] if back else None
+    t_back = wait(lambda: r.back_at(member, t_kill), recover_s)
+    restarted = t_back is not None
+    back = [e for e in r.launcher("role_restarted") if e["member"] == member
+            and e["ts"] > t_kill]
     out: dict = {}
     if restarted and r.members().get(member) in ("learner", "peer"):
         # back at work: the new process's first update (it may resume below `before`);

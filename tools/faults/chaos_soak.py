@@ -123,8 +123,8 @@ class Soak:
             print(json.dumps({"fault_skipped": f"kill -9 {member}", "at_s": t,
                               "why": out["skipped"]}), flush=True)
             return
-        back = [e["ts"] for e in self.r.launcher("role_restarted")
-                if e["member"] == member and e["ts"] > out["t"]]
+        at = self.r.back_at(member, out["t"])
+        back = [at] if at is not None else []
         self.sampler_kills += kind == "sampler"
         self.shard_kills += kind == "replay"
         self.say({"fault": f"kill -9 {member}", "at_s": t,

@@ -93,14 +93,16 @@ def stop_and_see(r: Run, stopped: str, expect: list[tuple[str, str, str, str]],
 class Job(Run):
     """A job run for this tool, with the liveness period it was given."""
 
-    def __init__(self, job: str, run: Path, extra: list[str]):
-        super().__init__(job, run, [*SETS, *extra])
-        self.liveness_s = 3.0  # launch.heartbeat_interval_s x heartbeat_liveness, as shipped
+    def __init__(self, job: str, run: Path, extra: list[str], heartbeat_s: float = 1.0):
+        super().__init__(job, run, [*SETS, f"launch.heartbeat_interval_s={heartbeat_s}",
+                                    *extra])
+        self.liveness_s = 3 * heartbeat_s  # x launch.heartbeat_liveness, as shipped
 
 
-def main_job(tmp: Path) -> list[Seen]:
-    """The README's PPO job: its shard, its learner, its registry stopped in turn."""
-    r = Job("configs/cartpole_ppo.toml", tmp / "ppo", [])
+def main_job(tmp: Path, heartbeat_s: float = 1.0) -> list[Seen]:
+    """The README's PPO job: its shard, its learner, its registry stopped in turn
+    (`heartbeat_s`: a shorter liveness period makes every deadline shorter)."""
+    r = Job("configs/cartpole_ppo.toml", tmp / "ppo", [], heartbeat_s)
     try:
         if not wait(lambda: trained(r, 5), 300):
             raise SystemExit("the PPO job did not train within 300 s")

@@ -18,7 +18,7 @@ SLACK_S = 60.0  # a loaded machine may be late to run a timer: a bound, not a pa
 
 @pytest.mark.timeout(900)
 def test_every_wait_on_a_stopped_member_is_said_within_its_deadline_and_ends(tmp_path):
-    rows = main_job(tmp_path, heartbeat_s=0.5)  # deadlines half the shipped ones
+    rows = main_job(tmp_path)
     assert {(s.stopped, s.exchange) for s in rows} == {
         ("replay-0", "fragments"), ("replay-0", "requests"), ("learner-0", "sampler_params"),
         ("registry", "registry")}

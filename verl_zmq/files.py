@@ -16,7 +16,7 @@ def clean_temporaries(d: Path) -> list[Path]:
     removed = []
     for p in Path(d).glob(".*.tmp-*") if Path(d).is_dir() else []:
         pid = p.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and _alive(int(pid)):
+        if pid.isdigit() and pid_alive(int(pid)):
             continue
         with contextlib.suppress(OSError):
             p.unlink()
@@ -24,7 +24,8 @@ def clean_temporaries(d: Path) -> list[Path]:
     return removed
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
 from tools.harness import ROOT, events, poll, start, stop  # noqa: E402
+from verl_zmq.files import pid_alive  # noqa: E402
 
 KINDS = ("sampler", "replay", "learner", "evaluator", "registry")
 
@@ -58,10 +59,10 @@ class Run:
         that process is gone (a full disk cost the launcher's line), as the member's
         own log names its pid."""
         pid = self._latest_start(member)["pid"]
-        if alive(pid):
+        if pid_alive(pid):
             return pid
         own = [e for e in events(self.run / "logs" / f"{member}.jsonl") if "pid" in e]
-        return own[-1]["pid"] if own and alive(own[-1]["pid"]) else pid
+        return own[-1]["pid"] if own and pid_alive(own[-1]["pid"]) else pid
 
     def back_at(self, member: str, since: float) -> float | None:
         """When the member was back after `since`: the launcher's restart line, or
@@ -92,16 +93,6 @@ class Run:
 
     def stop(self) -> None:
         stop(self.proc)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def wait(pred, timeout: float, step: float = 0.25):

@@ -59,6 +59,12 @@ def trained(r: Run, versions: int) -> bool:
     return max((v for _, v in r.progress()), default=0) >= versions
 
 
+def more(r: Run, versions: int) -> None:
+    """Wait until the job has trained `versions` more (counted from now)."""
+    target = max(v for _, v in r.progress()) + versions
+    wait(lambda: trained(r, target), WAIT_S)
+
+
 def stop_and_see(r: Run, stopped: str, expect: list[tuple[str, str, str, str]],
                  then_running: bool = True) -> list[Seen]:
     """SIGSTOP `stopped`; for each (waiter, exchange, event, its end event) wait for
@@ -110,10 +116,10 @@ def main_job(tmp: Path, heartbeat_s: float = 1.0) -> list[Seen]:
         rows = stop_and_see(r, "replay-0", [
             (samplers[0], "fragments", "exchange_stalled", "exchange_resumed"),
             ("learner-0", "requests", "exchange_stalled", "exchange_resumed")])
-        wait(lambda: trained(r, max(v for _, v in r.progress()) + 3), WAIT_S)
+        more(r, 3)
         rows += stop_and_see(r, "learner-0", [
             (samplers[0], "sampler_params", "exchange_stalled", "exchange_resumed")])
-        wait(lambda: trained(r, max(v for _, v in r.progress()) + 3), WAIT_S)
+        more(r, 3)
         rows += stop_and_see(r, "registry", [
             (samplers[0], "registry", "registry_lost", "registered"),
             ("learner-0", "registry", "registry_lost", "registered")])

@@ -153,3 +153,31 @@ async def test_a_full_disk_ends_the_log_not_the_shard(tmp_path):
     assert role.wal is None  # no log from here on; the shard's loops go on
     assert said[0][0] == "replay_wal_failed" and said[0][1]["errno"] == "ENOSPC"
     await ReplayRole._wal_write(role)  # type: ignore[arg-type]  # nothing to do, no error
+
+
+def test_frames_as_received_are_logged_without_a_copy_and_come_back_equal(tmp_path):
+    """The shard logs the zmq frames it received (no re-encoding): zero-copy frames
+    are checksummed and written in the writer's thread and replay byte for byte."""
+    import zmq
+
+    ctx = zmq.Context.instance()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    a.bind("inproc://wal-frames")
+    b.connect("inproc://wal-frames")
+    try:
+        sent = [wire.encode(_frag(i)) for i in range(3)]
+        log = wal.WriteAheadLog(tmp_path)
+        for frames in sent:
+            a.send_multipart(frames, copy=False)
+            log.append(b.recv_multipart(copy=False))
+        assert not (tmp_path / "wal-000000000000.log").exists()  # nothing written yet
+        log.write(log.take())
+        log.close()
+    finally:
+        a.close(0)
+        b.close(0)
+    got = list(wal.replay(tmp_path, 0))
+    assert [s for s, _ in got] == [0, 1, 2]
+    assert [[bytes(f) for f in fr] for _, fr in got] == [[bytes(memoryview(f)) for f in fr]
+                                                      for fr in sent]
+    assert [wire.decode(fr).version for _, fr in got] == [0, 1, 2]

@@ -69,7 +69,12 @@ async def recv(sock: zmq.asyncio.Socket, stats: WireStats, n_prefix: int = 0,
                ) -> tuple[list[zmq.Frame], Any]:
     """Receive one message: (prefix frames, message) or (prefix, None) if it was bad
     (a message of `expect` where given: callers read its fields, hence Any)."""
-    frames = await recv_frames(sock)
+    return decode(await recv_frames(sock), stats, n_prefix, expect)
+
+
+def decode(frames: list[zmq.Frame], stats: WireStats, n_prefix: int = 0,
+           expect: tuple[type, ...] | None = None) -> tuple[list[zmq.Frame], Any]:
+    """`recv`'s reading of frames already received (a caller that keeps them)."""
     prefix = frames[:n_prefix]
     sender = prefix[0].bytes.hex() if prefix else "peer"
     if len(frames) <= n_prefix:

@@ -29,17 +29,30 @@ COUNT = struct.Struct("<I")
 NAME = re.compile(r"wal-(\d{12})\.log")
 
 
-def _as_bytes(frame: Any) -> bytes:
-    if isinstance(frame, bytes):
-        return frame
-    return memoryview(frame).cast("B").tobytes()
+def _view(frame: Any) -> memoryview:
+    """A frame's bytes without a copy (bytes, a zmq.Frame, an array)."""
+    return memoryview(frame).cast("B")
 
 
 def pack(frames: Sequence[Any]) -> bytes:
     """A message's frames as one payload: a count, each length, the bytes."""
-    parts = [_as_bytes(f) for f in frames]
-    lengths = struct.pack(f"<{len(parts)}I", *(len(p) for p in parts))
-    return b"".join([COUNT.pack(len(parts)), lengths, *parts])
+    return b"".join(_parts(frames))
+
+
+def _parts(frames: Sequence[Any]) -> list[Any]:
+    views = [_view(f) for f in frames]
+    lengths = struct.pack(f"<{len(views)}I", *(v.nbytes for v in views))
+    return [COUNT.pack(len(views)), lengths, *views]
+
+
+def record(seq: int, frames: Sequence[Any]) -> list[Any]:
+    """One record as the buffers to write in order: its head (seq, length, crc32 of
+    the payload), then the payload's parts, none of them copied."""
+    parts = _parts(frames)
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    return [HEAD.pack(seq, sum(memoryview(p).nbytes for p in parts), crc), *parts]
 
 
 def unpack(payload: bytes) -> list[bytes]:
@@ -67,23 +80,22 @@ def segments(directory: Path) -> list[tuple[int, Path]]:
 
 class WriteAheadLog:
     """The log of one shard (see the module). `append` and `cut` are called from
-    the shard's event loop; `take`, then `write` in a thread, writes what was
-    appended since the last write."""
+    the shard's event loop and only keep the frames as they came off the wire;
+    `take`, then `write` in a thread, checksums and writes what was appended since
+    the last write (the shard's loop never copies or checksums a fragment)."""
 
     def __init__(self, directory: Path, seq: int = 0):
         self.directory = directory
         self.seq = seq  # the next record's number
         self.base = seq  # the file new records go to
-        self.pending: list[tuple[int, bytes]] = []  # (file base, record)
+        self.pending: list[tuple[int, int, Sequence[Any]]] = []  # (file base, seq, frames)
         self.files: dict[int, BinaryIO] = {}
         self.bytes_written = 0
 
     def append(self, frames: Sequence[Any]) -> int:
         """Log one message's frames; its seq."""
-        payload = pack(frames)
         seq = self.seq
-        self.pending.append((self.base, HEAD.pack(seq, len(payload), zlib.crc32(payload))
-                             + payload))
+        self.pending.append((self.base, seq, frames))
         self.seq += 1
         return seq
 
@@ -93,25 +105,25 @@ class WriteAheadLog:
         self.base = self.seq
         return self.seq
 
-    def take(self) -> list[tuple[int, bytes]]:
+    def take(self) -> list[tuple[int, int, Sequence[Any]]]:
         """What was appended since the last `take`, to hand to `write`."""
         out, self.pending = self.pending, []
         return out
 
-    def write(self, records: list[tuple[int, bytes]]) -> int:
+    def write(self, records: list[tuple[int, int, Sequence[Any]]]) -> int:
         """Append `records` to their files and fsync them; the bytes written. An
         OSError (a full disk) leaves what was written before it."""
         touched: set[int] = set()
         n = 0
-        for base, rec in records:
+        for base, seq, frames in records:
             f = self.files.get(base)
             if f is None:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 f = self.files[base] = open(  # noqa: SIM115 - kept open between writes
                     self.directory / f"wal-{base:012d}.log", "ab")
-            f.write(rec)
+            for part in record(seq, frames):
+                n += f.write(part)
             touched.add(base)
-            n += len(rec)
         for base in touched:
             self.files[base].flush()
             os.fsync(self.files[base].fileno())
@@ -121,7 +133,7 @@ class WriteAheadLog:
     def drop_before(self, seq: int) -> None:
         """Remove the files whose records all come before `seq` (a snapshot that holds
         them is in place), and what waits to be written to them."""
-        self.pending = [(b, r) for b, r in self.pending if b >= seq]
+        self.pending = [r for r in self.pending if r[0] >= seq]
         for base, path in segments(self.directory):
             if base < seq:
                 f = self.files.pop(base, None)

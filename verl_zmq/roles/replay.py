@@ -23,6 +23,7 @@ import zmq
 
 from .. import wire
 from ..batch import job_layout
+from ..comm.messaging import decode, recv_frames
 from ..config.roles import REPLAY
 from ..envs.make import job_spec
 from ..log import write_failed
@@ -75,19 +76,21 @@ class ReplayRole(Role):
 
     # -- fragments in -------------------------------------------------------------
 
-    async def _next_fragment(self) -> wire.Fragment | None:
-        """One fragment from the PULL socket, or None (counted, logged) when it is bad."""
-        _, msg = await recv(self.pull, self.wire_stats, expect=(wire.Fragment,))
+    async def _next_fragment(self) -> tuple[list[zmq.Frame], wire.Fragment | None]:
+        """One fragment from the PULL socket with its frames as they came (what the
+        write-ahead log keeps), or None (counted, logged) when it is bad."""
+        frames = await recv_frames(self.pull)
+        _, msg = decode(frames, self.wire_stats, expect=(wire.Fragment,))
         if msg is None:
-            return None
+            return frames, None
         why = self.layout.problem(msg.arrays)
         if not why and msg.policy != self.policy:
             why = f"policy {msg.policy!r}, this shard holds {self.policy or 'no policy'!r}'s"
         if why:
             self.reject_fragment(msg, why)
-            return None
+            return frames, None
         frag: wire.Fragment = msg
-        return frag
+        return frames, frag
 
     def reject_fragment(self, msg: wire.Fragment, why: str) -> None:
         self.rejected += 1
@@ -95,7 +98,7 @@ class ReplayRole(Role):
 
     async def _ingest(self) -> None:
         while True:
-            msg = await self._next_fragment()
+            frames, msg = await self._next_fragment()
             if msg is None:
                 continue
             try:
@@ -115,7 +118,7 @@ class ReplayRole(Role):
                 continue
             self.inserts += 1
             if self.wal is not None:
-                self.wal.append(wire.encode(msg))
+                self.wal.append(frames)
             await self._serve()
 
     # -- requests and serving -----------------------------------------------------

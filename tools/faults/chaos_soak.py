@@ -25,7 +25,8 @@ One JSON line per fault (what, when, detected after, recovered after), then a
 summary: faults survived, fragments sent, received and lost against what the
 faults explain (in flight on a killed sampler, a shard's pipes, a cut or crashed
 link: at most IN_FLIGHT per sampler each time), resident memory of each spared
-role at minute 5 and at the end, the exit code, whether every checkpoint
+role at minute 5 and at the end (the launcher's also every 10 minutes between:
+whether a growth goes on or levels off), the exit code, whether every checkpoint
 loads, the best evaluation, and any assertion in a role's stderr. Needs root.
 
     sudo python tools/faults/chaos_soak.py [--minutes 30] [--job configs/cartpole_ppo.toml]
@@ -214,25 +215,32 @@ def schedule(minutes: float) -> list[tuple[float, str]]:
     return sorted(plan)
 
 
+def wait_sampling(s: Soak, mem: dict, at: float) -> None:
+    """Wait until `at` s into the soak, taking the memory samples that fall due on
+    the way: minute 5 (the baseline of the growth) and every 10 minutes after it
+    (`by_minute`: whether a growth goes on or levels off)."""
+    while time.time() < s.t0 + at:
+        minute = int((time.time() - s.t0) // 60)
+        due = 5 + 10 * ((minute - 5) // 10)  # the latest sample that fell due
+        if minute >= 5 and due not in mem.setdefault("by_minute", {}):
+            mem["by_minute"][due] = memory(s)  # late if a fault ran over its minute
+            mem.setdefault("minute_5", mem["by_minute"][due])
+        time.sleep(0.5)
+
+
 def run_faults(s: Soak, minutes: float, seed: int) -> dict:
     """The schedule, then the memory samples: {"minute_5": ..., "end": ...}."""
     rng, turn = random.Random(seed), 0
     mem: dict = {}
 
-    def until(at: float) -> None:  # waiting, with the minute-5 sample on the way
-        while time.time() < s.t0 + at:
-            if "minute_5" not in mem and time.time() >= s.t0 + 300:
-                mem["minute_5"] = memory(s)
-            time.sleep(0.5)
-
     for at, what in schedule(minutes):
-        until(at)
+        wait_sampling(s, mem, at)
         if what == "kill":
             s.kill(KINDS[turn % len(KINDS)], rng)
             turn += 1
         else:
             {"partition": s.partition, "crash": s.crash, "disk": s.disk_full}[what]()
-    until(minutes * 60)
+    wait_sampling(s, mem, minutes * 60)
     mem["end"] = memory(s)
     mem.setdefault("minute_5", mem["end"])
     return mem
@@ -265,22 +273,16 @@ def run_pairs(s: Soak, minutes: float, seed: int, every: float = 30.0) -> dict:
     rng = random.Random(seed)
     mem: dict = {}
 
-    def until(at: float) -> None:
-        while time.time() < s.t0 + at:
-            if "minute_5" not in mem and time.time() >= s.t0 + 300:
-                mem["minute_5"] = memory(s)
-            time.sleep(0.5)
-
     at = every
     while at < minutes * 60 - every / 2:
-        until(at)
+        wait_sampling(s, mem, at)
         pair = draw_pair(rng)
         # each thread its own generator: which member a kill picks stays seeded
         rngs = [random.Random(rng.random()) for _ in pair]
         with ThreadPoolExecutor(2) as ex:
             list(ex.map(lambda fr: inject(s, *fr), zip(pair, rngs, strict=True)))
         at = max(at + every, time.time() - s.t0)
-    until(minutes * 60)
+    wait_sampling(s, mem, minutes * 60)
     mem["end"] = memory(s)
     mem.setdefault("minute_5", mem["end"])
     return mem
@@ -317,6 +319,8 @@ def summary(s: Soak, mem: dict, rc: int | None) -> dict:
             "fragments_sent": sent, "fragments_received": got, "fragments_lost": sent - got,
             "loss_explained_up_to": explained, "every_loss_explained": sent - got <= explained,
             "rss_mb_minute_5": mem["minute_5"], "rss_mb_end": mem["end"],
+            "launcher_rss_mb_by_minute": {m: v.get("launcher")
+                                          for m, v in mem.get("by_minute", {}).items()},
             "rss_growth_pct": growth, "exit_code": rc,
             "checkpoints": len(loads), "checkpoints_load": all(loads) and bool(loads),
             "best_eval_return": best, "assertions_in_err": asserts}

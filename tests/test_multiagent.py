@@ -155,6 +155,29 @@ def test_self_play_league_snapshots_opponents_and_keeps_a_record():
     assert c.illegal == 0 and c.seats["shared"].E == 4  # one learning seat per game
 
 
+def test_a_scripted_reference_given_a_seed_varies_its_games_and_repeats_them():
+    from verl_zmq.envs.agents import agents_of
+    from verl_zmq.envs.opponents import connect_four_lookahead
+    from verl_zmq.sampling.agents_eval import head_to_head, raw_player
+    from verl_zmq.sampling.league import ScriptedPolicy
+
+    look = "verl_zmq.envs.opponents:connect_four_lookahead"
+    empty = {"observation": np.zeros((6, 7, 2), np.int8), "action_mask": np.ones(7, np.int8)}
+    # without a generator a position is always answered alike
+    assert len({connect_four_lookahead(empty, "player_0") for _ in range(20)}) == 1
+    seeded = [ScriptedPolicy(look, "t", 3).act_raw("player_0", empty) for _ in range(1)]
+    p = ScriptedPolicy(look, "t", 3)
+    moves = [p.act_raw("player_0", empty) for _ in range(20)]
+    assert len(set(moves)) > 2  # its own generator: the same position, other moves
+    q = ScriptedPolicy(look, "t", 3)
+    assert [q.act_raw("player_0", empty) for _ in range(20)] == moves == seeded + moves[1:]
+    cfg = Environment(id=C4)
+    agents = agents_of(cfg)
+    w, d, lo = head_to_head(cfg, agents, raw_player(look, agents, 1),
+                            raw_player("random", agents, 2), 40, 0, True)
+    assert w + d + lo == 40 and w > 2 * lo  # it still wins and blocks
+
+
 # -- masks ------------------------------------------------------------------------------------
 
 def test_no_masked_action_in_100k_steps_by_sampler_evaluator_or_serve(tmp_path):

@@ -14,8 +14,9 @@ machine (the `multiagent` and `bench` extras).
   sampler's collector against SuperSuit's vector env with SB3's policy acting,
   on the same env copies.
 - `connect4`: configs/connect_four_selfplay.toml, then its best.pt against a
-  random player and the one-step lookahead (1000 games each, sampled moves),
-  illegal moves in 10,000 moves, and the rating curve of the job's evaluations.
+  random player and the one-step lookahead (1000 games each, half in each seat;
+  the policy's most likely moves, then its moves sampled), illegal moves in
+  10,000 moves, and the rating curve of the job's evaluations.
 - `tag`: MPE2 simple_tag_v3 with two trained policies (the adversaries, the
   prey: configs/simple_tag_ppo.toml); each final policy against the other's
   early version (its checkpoint after the first 10% of the budget) beside the
@@ -197,7 +198,7 @@ def connect4(a: argparse.Namespace) -> None:
     from verl_zmq.sampling.agents_eval import head_to_head, play, raw_player
 
     with tempfile.TemporaryDirectory() as t:
-        run = Path(t) / "run"
+        run = Path(a.keep) if a.keep else Path(t) / "run"
         rc, wall = launch(CONNECT4, run, [f"experiment.seed={a.seed}", *a.set])
         curve = [(e["env_steps"], e.get("eval/rating"), e.get(f"eval/vs/{LOOKAHEAD}/win"))
                  for e in events(run / "logs" / "evaluator-0.jsonl")
@@ -210,20 +211,21 @@ def connect4(a: argparse.Namespace) -> None:
     print("| env steps | rating | vs lookahead |\n|---|---|---|")
     for s, r, w in curve:
         print(f"| {s:,} | {r} | {w} |")
-    print("\nbest.pt, sampled moves:")
-    print("| opponent | games | wins | draws | losses |\n|---|---|---|---|---|")
-    for name in ("random", LOOKAHEAD):
-        w, d, lo = head_to_head(job.environment, agents, me,
-                                raw_player(name, agents, 11), a.games, 5_000_000, False)
-        print(f"| {name.split(':')[-1]} | {a.games} | {w / a.games:.3f} | {d / a.games:.3f} "
-              f"| {lo / a.games:.3f} |")
+    print("\nbest.pt:")
+    print("| moves | opponent | games | wins | draws | losses |\n|---|---|---|---|---|---|")
+    for det in (True, False):
+        for name in ("random", LOOKAHEAD):
+            w, d, lo = head_to_head(job.environment, agents, me, raw_player(name, agents, 11),
+                                    a.games, 5_000_000, det)
+            print(f"| {'most likely' if det else 'sampled'} | {name.split(':')[-1]} | {a.games} "
+                  f"| {w / a.games:.3f} | {d / a.games:.3f} | {lo / a.games:.3f} |")
     rnd = raw_player("random", agents, 12)
     names = agents.names
     moves = illegal = games = 0
     while moves < 10_000:
         played = play(job.environment, agents, {"me": me, "rnd": rnd},
                       lambda ag, ep: "me" if ag == names[ep % 2] else "rnd", 200,
-                      6_000_000 + games, False)
+                      6_000_000 + games, games % 400 == 0)
         moves += played.moves
         illegal += played.illegal
         games += 200
@@ -236,7 +238,7 @@ def tag(a: argparse.Namespace) -> None:
     from verl_zmq.sampling.agents_eval import play
 
     with tempfile.TemporaryDirectory() as t:
-        run = Path(t) / "run"
+        run = Path(a.keep) if a.keep else Path(t) / "run"
         sets = [f"experiment.seed={a.seed}", *a.set]
         rc, wall = launch(TAG, run, sets)
         job = load_job(TAG, sets)
@@ -282,6 +284,7 @@ def main() -> None:
         s.add_argument("--seed", type=int, default=0)
         s.add_argument("--games", type=int, default=1000 if name == "connect4" else 200)
         s.add_argument("--set", action="append", default=[])
+        s.add_argument("--keep", help="the run folder to write and keep (default: a temporary one)")
     a = ap.parse_args()
     {"spread": spread, "steps": steps, "connect4": connect4, "tag": tag}[a.what](a)
 

@@ -4,9 +4,11 @@ multi-agent job (`multiagent.policies.NAME.fixed`, `multiagent.references`):
 
 `connect_four_lookahead` plays PettingZoo's Connect Four (`connect_four_v3`)
 one move deep: it wins when it can, blocks the opponent's winning move when it
-must, and otherwise plays a legal column at random (seeded by the board, so a
-position is always answered alike). `connect_four_greedy` wins when it can and
-never blocks."""
+must, and otherwise plays a legal column at random: drawn from the player's own
+generator when it is given one (`rng`, as a multi-agent job's fixed players and
+references are: games differ, and repeat with the job's seed), else seeded by the
+board (a position is always answered alike). `connect_four_greedy` wins when it
+can and never blocks."""
 
 from __future__ import annotations
 
@@ -38,20 +40,21 @@ def _wins(pieces: np.ndarray, r: int, c: int) -> bool:
     return False
 
 
-def connect_four_lookahead(obs: Any, agent: str) -> int:
+def connect_four_lookahead(obs: Any, agent: str, rng: np.random.Generator | None = None) -> int:
     """Win now if possible, else block the opponent's win, else a random legal move."""
-    return _one_move_deep(obs, (0, 1))
+    return _one_move_deep(obs, (0, 1), rng)
 
 
-def connect_four_greedy(obs: Any, agent: str) -> int:
+def connect_four_greedy(obs: Any, agent: str, rng: np.random.Generator | None = None) -> int:
     """Win now if possible, else a random legal move: it never blocks (a sparring
     partner that punishes a three left open, unlike a random player)."""
-    return _one_move_deep(obs, (0,))
+    return _one_move_deep(obs, (0,), rng)
 
 
-def _one_move_deep(obs: Any, whose: tuple[int, ...]) -> int:
+def _one_move_deep(obs: Any, whose: tuple[int, ...], rng: np.random.Generator | None) -> int:
     """The first move that completes four for `whose` (0: mine, 1: the
-    opponent's, to block), else a legal column at random, seeded by the board."""
+    opponent's, to block), else a legal column at random (from `rng`, or seeded
+    by the board)."""
     board = np.asarray(obs["observation"])  # [6, 7, 2]: mine, the opponent's
     legal = np.flatnonzero(np.asarray(obs["action_mask"]))
     for who in whose:  # my winning move first, then the one to block
@@ -63,5 +66,6 @@ def _one_move_deep(obs: Any, whose: tuple[int, ...]) -> int:
             pieces[r, col] = 1
             if _wins(pieces, r, int(col)):
                 return int(col)
-    rng = np.random.default_rng(zlib.crc32(board.tobytes()))
+    if rng is None:
+        rng = np.random.default_rng(zlib.crc32(board.tobytes()))
     return int(rng.choice(legal))

@@ -116,7 +116,8 @@ class MultiAgentCollector:
             if how == RANDOM:
                 self.fixed[p] = RandomPolicy(self.agents, int(self.rng.integers(2**31)))
             elif how and not how.endswith(".pt"):
-                self.fixed[p] = ScriptedPolicy(how, f"multiagent.policies.{p}.fixed")
+                self.fixed[p] = ScriptedPolicy(how, f"multiagent.policies.{p}.fixed",
+                                               int(self.rng.integers(2**31)))
             elif how:
                 self.fixed[p] = actors[p]  # a checkpoint's policy, loaded by the role
         league = ma.league
@@ -157,7 +158,8 @@ class MultiAgentCollector:
             elif name == RANDOM:
                 player = RandomPolicy(self.agents, int(self.rng.integers(2**31)))
             else:
-                player = ScriptedPolicy(name, f"multiagent.league.opponents[{i}]")
+                player = ScriptedPolicy(name, f"multiagent.league.opponents[{i}]",
+                                        int(self.rng.integers(2**31)))
             out.append((-2 - i, player))
         return out
 

@@ -105,7 +105,7 @@ def raw_player(how: str, agents: Agents, seed: int) -> Player:
     """A fixed player by name: "random", or a scripted `module:fn`."""
     if how == "random":
         return Player(RandomPolicy(agents, seed))
-    return Player(ScriptedPolicy(how, f"multiagent reference {how!r}"))
+    return Player(ScriptedPolicy(how, f"multiagent reference {how!r}", seed))
 
 
 def score(mine: float, theirs: float) -> float:

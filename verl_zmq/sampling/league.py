@@ -4,6 +4,7 @@ trained policy's league of past versions. Numpy only."""
 
 from __future__ import annotations
 
+import inspect
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,12 +32,21 @@ class RandomPolicy:
 
 
 class ScriptedPolicy:
-    """A `module:fn(observation, agent_id) -> action` of the job's."""
+    """A `module:fn(observation, agent_id) -> action` of the job's. A function that
+    also takes `rng` gets this player's own generator (seeded by `seed`), so the
+    random part of its play differs from game to game yet repeats with the seed."""
 
-    def __init__(self, path: str, where: str):
+    def __init__(self, path: str, where: str, seed: int = 0):
         self.fn = load_object(path, where)
+        try:
+            self.takes_rng = "rng" in inspect.signature(self.fn).parameters
+        except (TypeError, ValueError):  # a builtin or C function: no signature to read
+            self.takes_rng = False
+        self.rng = np.random.default_rng(seed)
 
     def act_raw(self, agent: str, raw: Any) -> Any:
+        if self.takes_rng:
+            return self.fn(raw, agent, rng=self.rng)
         return self.fn(raw, agent)
 
 

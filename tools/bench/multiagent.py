@@ -19,8 +19,8 @@ machine (the `multiagent` and `bench` extras).
   10,000 moves, and the rating curve of the job's evaluations.
 - `tag`: MPE2 simple_tag_v3 with two trained policies (the adversaries, the
   prey: configs/simple_tag_ppo.toml); each final policy against the other's
-  early version (its checkpoint after the first 10% of the budget) beside the
-  two early versions against each other.
+  early version (its first checkpoint, at 50,000 agent steps) beside the two
+  early versions against each other.
 
     python tools/bench/multiagent.py spread --seeds 0 1 2 --steps 1000000
     python tools/bench/multiagent.py steps

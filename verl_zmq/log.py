@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -101,41 +102,90 @@ def _stream_name(stream: IO[str]) -> str:
 class SafeStream:
     """A log stream that never raises: the first write that fails (a full disk:
     ENOSPC, or EIO) prints one line on stderr naming the path and the error, and
-    later lines go to stderr instead, or nowhere when stderr fails too. Every
-    RETRY_S the log itself is tried again: once the disk has room, the lines go
-    there again (said on stderr). A role keeps working; a launcher still stops."""
+    later lines go to stderr as well. What the log could not take is kept (up to
+    BACKLOG bytes; beyond that the oldest is dropped and counted), and every
+    RETRY_S the log is tried again: once the disk has room, the kept lines are
+    written first, in order, and the log goes on (said on stderr, with what was
+    dropped). So a fault that fills the disk leaves no hole in the record of what
+    happened meanwhile (the launcher's `host_back`, a role's restarts). A stream
+    with a file descriptor is written with os.write, so what a failed write left
+    unwritten is known to the byte (a buffered stream would hold the failed line
+    and write it again). A role keeps working; a launcher still stops."""
 
     RETRY_S = 5.0
+    BACKLOG = 4 << 20  # bytes kept while the log refuses them
 
     def __init__(self, stream: IO[str]):
         self.stream = stream
         self.failed: OSError | None = None
         self.retry_at = 0.0
+        self.kept: deque[bytes] = deque()
+        self.kept_bytes = 0
+        self.dropped = 0  # bytes dropped from the backlog since the failure
+        self.kept_lines = 0  # lines kept since the failure
+        try:
+            stream.flush()
+            self.fd: int | None = stream.fileno()
+        except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation included
+            self.fd = None
+
+    def _put(self, data: bytes) -> tuple[bytes, OSError | None]:
+        """Write `data`: (what was left unwritten, the error) when a write fails."""
+        try:
+            self.stream.flush()  # anything written to the stream itself goes first
+            if self.fd is None:
+                self.stream.write(data.decode(errors="replace"))
+                self.stream.flush()
+                return b"", None
+        except OSError as e:
+            # a stream without a descriptor may have taken part of it: end that line
+            return (data if self.fd is not None else b"\n" + data), e
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.fd, view):]
+            except OSError as e:
+                return bytes(view), e
+        return b"", None
+
+    def _keep(self, data: bytes) -> None:
+        self.kept.append(data)
+        self.kept_bytes += len(data)
+        while self.kept_bytes > self.BACKLOG and len(self.kept) > 1:
+            old = self.kept.popleft()
+            self.kept_bytes -= len(old)
+            self.dropped += len(old)
 
     def _try_again(self) -> None:
         self.retry_at = time.monotonic() + self.RETRY_S
-        try:
-            self.stream.write("\n")  # ends a line the failure may have cut short
-            self.stream.flush()
-        except OSError:
-            return
-        self.failed = None
-        self._say(f"the log {_stream_name(self.stream)} is writable again: "
-                  f"logging there from now\n")
+        while self.kept:
+            rest, e = self._put(self.kept[0])
+            if e is not None:
+                self.kept_bytes -= len(self.kept[0]) - len(rest)
+                self.kept[0] = rest
+                return
+            self.kept_bytes -= len(self.kept.popleft())
+        lines, dropped = self.kept_lines, self.dropped
+        self.failed, self.kept_bytes, self.kept_lines, self.dropped = None, 0, 0, 0
+        self._say(f"the log {_stream_name(self.stream)} is writable again: {lines} lines "
+                  f"kept meanwhile written to it"
+                  f"{f', {dropped} bytes dropped (over the backlog)' if dropped else ''}"
+                  f"; logging there from now\n")
 
     def write(self, text: str) -> int:
         if self.failed is not None and time.monotonic() >= self.retry_at:
             self._try_again()
+        data = text.encode()
         if self.failed is None:
-            try:
-                n = self.stream.write(text)
-                self.stream.flush()
-                return n
-            except OSError as e:
-                self.failed, self.retry_at = e, time.monotonic() + self.RETRY_S
-                self._say(f"error: cannot write the log {_stream_name(self.stream)}: "
-                          f"{e.strerror or e} ({errno_name(e)}); logging to stderr "
-                          f"until it takes lines again\n")
+            data, e = self._put(data)
+            if e is None:
+                return len(text)
+            self.failed, self.retry_at = e, time.monotonic() + self.RETRY_S
+            self._say(f"error: cannot write the log {_stream_name(self.stream)}: "
+                      f"{e.strerror or e} ({errno_name(e)}); logging to stderr "
+                      f"until it takes lines again, and to the log then\n")
+        self._keep(data)
+        self.kept_lines += text.count("\n")
         if self.stream is not sys.stderr:
             self._say(text)
         return len(text)

@@ -165,12 +165,12 @@ def test_a_scripted_reference_given_a_seed_varies_its_games_and_repeats_them():
     empty = {"observation": np.zeros((6, 7, 2), np.int8), "action_mask": np.ones(7, np.int8)}
     # without a generator a position is always answered alike
     assert len({connect_four_lookahead(empty, "player_0") for _ in range(20)}) == 1
-    seeded = [ScriptedPolicy(look, "t", 3).act_raw("player_0", empty) for _ in range(1)]
+    first = ScriptedPolicy(look, "t", 3).act_raw("player_0", empty)
     p = ScriptedPolicy(look, "t", 3)
     moves = [p.act_raw("player_0", empty) for _ in range(20)]
     assert len(set(moves)) > 2  # its own generator: the same position, other moves
     q = ScriptedPolicy(look, "t", 3)
-    assert [q.act_raw("player_0", empty) for _ in range(20)] == moves == seeded + moves[1:]
+    assert [q.act_raw("player_0", empty) for _ in range(20)] == moves and moves[0] == first
     cfg = Environment(id=C4)
     agents = agents_of(cfg)
     w, d, lo = head_to_head(cfg, agents, raw_player(look, agents, 1),

@@ -222,7 +222,7 @@ def connect4(a: argparse.Namespace) -> None:
     rnd = raw_player("random", agents, 12)
     names = agents.names
     moves = illegal = games = 0
-    while moves < 10_000:
+    while moves < 10_000:  # most likely and sampled moves, 200 games each in turn
         played = play(job.environment, agents, {"me": me, "rnd": rnd},
                       lambda ag, ep: "me" if ag == names[ep % 2] else "rnd", 200,
                       6_000_000 + games, games % 400 == 0)

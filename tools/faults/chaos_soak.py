@@ -155,11 +155,11 @@ class Soak:
         time.sleep(5)
         self.lab.boot(1)
         booted = time.time()
-        # the launcher's `host_back`, or the lost samplers' own `role_started` (a line of
-        # the launcher's may come late: a full disk at the same time holds it back)
+        # the launcher's `host_back`, or the lost samplers back by its restart line or their
+        # own logs (a line of the launcher's may come late: a full disk at the same time
+        # holds it back)
         back = wait(lambda: [e["ts"] for e in self.r.launcher("host_back") if e["ts"] > booted]
-                    or [started for m in away
-                        if (started := started_after(self.run_dir, m, booted)) is not None],
+                    or [at for m in away if (at := self.r.back_at(m, booted)) is not None],
                     180)
         ok = back and wait(lambda: all(self.shipped(m, back[0]) for m in away), 120)
         self.say({"fault": "host 1 crashed, booted 5 s later", "at_s": round(t - self.t0, 1),
@@ -194,13 +194,6 @@ def per_incarnation(run: Path, prefix: str, key: str) -> int:
                 last[e.get("incarnation", 0)] = int(e[key])
         total += sum(last.values())
     return total
-
-
-def started_after(run: Path, member: str, t: float) -> float | None:
-    """When the member's own log says it started after `t` (the first such time)."""
-    ts = [e["ts"] for e in events(run / "logs" / f"{member}.jsonl")
-          if e.get("event") == "role_started" and e["ts"] > t]
-    return min(ts) if ts else None
 
 
 def role_pid(run: Path, member: str) -> int | None:

@@ -10,7 +10,7 @@ import json
 import time
 
 from launcher.report import Digest, Progress, Terminal, closing_block
-from verl_zmq.ops.runview import RunView
+from verl_zmq.ops.runview import KEEP_S, RunView
 
 
 def _view(tmp_path, events: list[dict]) -> RunView:
@@ -97,6 +97,19 @@ def test_the_launchers_view_keeps_no_growing_training_curve(tmp_path):
     bounded.poll()
     assert len(whole.train) > 0 and bounded.train == []
     assert bounded.env_steps == whole.env_steps == 5000
+
+
+def test_the_launchers_view_keeps_the_step_counts_rate_window_not_its_history(tmp_path):
+    """A job's every metrics line may raise the count: the view keeps what the rate
+    reads (the last KEEP_S of log time and the point before it), however long the
+    job has run, and the rate is the same as with the whole history."""
+    now = time.time()
+    events = [{"id": "learner-0", "role": "learner", "event": "metrics", "ts": now + i,
+               "learner/env_steps": 100 * (i + 1)} for i in range(3000)]
+    v = _view(tmp_path, events)
+    assert len(v.steps_at) <= KEEP_S + 2
+    assert v.steps_at[0][0] <= now + 2999 - KEEP_S
+    assert v.steps_per_s() == 100.0
 
 
 def test_a_rate_shows_as_soon_as_the_count_rises_once(tmp_path):

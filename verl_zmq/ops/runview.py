@@ -16,6 +16,7 @@ from .logview import _Tail
 STEP_KEYS = ("learner/env_steps", "peer/env_steps")
 DROPPED_KEYS = ("learner/fragments_dropped", "peer/fragments_dropped")
 RATE_WINDOW_S = 30.0  # the env-step rate is measured over this much log time
+KEEP_S = 4 * RATE_WINDOW_S  # the count's history kept for it
 
 
 @dataclass
@@ -51,7 +52,8 @@ class RunView:
     evaluating: dict | None = None  # the evaluator's latest `eval_progress` event
     last_eval: dict = field(default_factory=dict)  # the latest `evaluated` event
     # (log time, env steps) whenever the count rose: rates come from the logs' own
-    # clocks, not from how often someone polls
+    # clocks, not from how often someone polls. Only the last KEEP_S of log time is
+    # kept (and the point before it): a view lives as long as the job
     steps_at: deque = field(default_factory=lambda: deque(maxlen=4096))
     _tails: dict[Path, _Tail] = field(default_factory=dict)
     _sampler_returns: dict[str, float] = field(default_factory=dict)
@@ -131,7 +133,10 @@ class RunView:
         if n > self.env_steps:
             self.env_steps = n
             if ts:
-                self.steps_at.append((ts, n))
+                at = self.steps_at
+                at.append((ts, n))
+                while len(at) > 2 and at[1][0] < ts - KEEP_S:
+                    at.popleft()
 
     def steps_per_s(self, window_s: float = RATE_WINDOW_S, since: float = 0.0) -> float:
         """Env steps per second over the last `window_s` of log time (at least the

@@ -54,10 +54,12 @@ def _final_eval(run: Path) -> dict[str, Any]:
     return evs[-1] if evs else {}
 
 
-def ours_spread(seed: int, steps: int, tmp: Path, mappo: bool) -> dict[str, Any]:
+def ours_spread(seed: int, steps: int, tmp: Path, mappo: bool, extra: list[str]
+                ) -> dict[str, Any]:
     run = tmp / f"ours-{'mappo' if mappo else 'shared'}-{seed}"
     sets = [f"experiment.seed={seed}", f"training.total_timesteps={steps}",
-            "evaluation.interval_steps=100000000", "evaluation.before_training=false"]
+            "evaluation.interval_steps=100000000", "evaluation.before_training=false",
+            *extra]
     if mappo:
         sets.append("multiagent.centralised_critic=true")
     rc, wall = launch(SPREAD, run, sets)
@@ -122,9 +124,9 @@ def spread(a: argparse.Namespace) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as t:
         for seed in a.seeds:
-            for arm in ("shared", "mappo", "sb3"):
+            for arm in a.arms:
                 rows.append(sb3_spread(seed, a.steps) if arm == "sb3" else
-                            ours_spread(seed, a.steps, Path(t), mappo=arm == "mappo"))
+                            ours_spread(seed, a.steps, Path(t), arm == "mappo", a.set))
                 print(json.dumps(rows[-1]), flush=True)
     print(f"\nsimple_spread_v3, {a.steps:,} agent steps, final policy on 100 episodes "
           f"(return summed over the 3 agents)\n")
@@ -132,6 +134,8 @@ def spread(a: argparse.Namespace) -> None:
     print("|---|---|---|---|")
     for arm in ("ours shared", "ours MAPPO", "SB3 PPO + SuperSuit"):
         mine = [r for r in rows if r["arm"] == arm]
+        if not mine:
+            continue
         rets = [r["return"] for r in mine if r["return"] is not None]
         walls = [r["wall_s"] for r in mine]
         print(f"| {arm} | {len(mine)} | {np.mean(rets):.2f} "
@@ -276,6 +280,10 @@ def main() -> None:
     s = sub.add_parser("spread")
     s.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     s.add_argument("--steps", type=int, default=1_000_000)
+    s.add_argument("--arms", nargs="+", choices=("shared", "mappo", "sb3"),
+                   default=["shared", "mappo", "sb3"])
+    s.add_argument("--set", action="append", default=[],
+                   help="a job override for our arms (section.key=value)")
     s = sub.add_parser("steps")
     s.add_argument("--copies", type=int, default=16)
     s.add_argument("--seconds", type=float, default=10.0)

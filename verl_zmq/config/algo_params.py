@@ -76,11 +76,14 @@ class PPOParams(Params):
     gae_lambda: float = 0.95  # GAE's lambda (1: Monte Carlo returns, 0: one-step TD)
     clip_range: float = 0.2  # the ratio pi/pi_old is clipped to 1 +- clip_range
     clip_schedule: Literal["constant", "linear"] = "constant"  # linear: to 0 at the budget
-    clip_range_vf: float = 0.0  # 0: no value clipping
+    clip_range_vf: float = 0.0  # 0: no value clipping (normalize_value: in its units)
     ent_coef: float = 0.0  # weight of the entropy bonus
     vf_coef: float = 0.5  # weight of the value loss
     max_grad_norm: float = 0.5  # gradients are clipped to this global norm
     normalize_advantage: bool = True  # per minibatch, to mean 0 and std 1
+    # the critic learns its targets scaled by the running mean and std of every
+    # return seen, its outputs scaled back (MAPPO's value normalisation)
+    normalize_value: bool = False
     target_kl: float = 0.0  # 0: no early stop on KL
     vtrace: bool = False  # V-trace targets and advantages: stale fragments are corrected
     vtrace_rho_bar: float = 1.0  # truncation of the importance weights in the targets/PG

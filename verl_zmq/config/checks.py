@@ -228,7 +228,7 @@ def _check_algorithm(job: Job, source: str) -> None:
 # clip_low and clip_high); the advantage's own keys are read by an estimator of
 # one's own alone (the built-in grouped estimators do not)
 HF_UNREAD = ("clip_range", "clip_schedule", "clip_range_vf", "vf_coef", "vtrace",
-             "vtrace_rho_bar", "vtrace_c_bar", "recurrence")
+             "vtrace_rho_bar", "vtrace_c_bar", "recurrence", "normalize_value")
 HF_OWN_ESTIMATOR = ("gae_lambda", "normalize_advantage")
 # keys read by that learner alone (params and [algorithm.policy])
 HF_ONLY = ("micro_batch_size", "max_tokens_per_forward", "lr_warmup_steps")

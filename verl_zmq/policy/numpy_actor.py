@@ -154,8 +154,12 @@ class NumpyActor:
 
     def value(self, x: np.ndarray) -> np.ndarray:
         """The value of each row of features (all of them: a centralised critic's
-        state too)."""
-        return mlp(self.arrays, "v", x, self.policy.activation)[:, 0]
+        state too), in the returns' units (scaled back where the critic learns
+        normalised targets: `policy/value_norm.py`)."""
+        v = mlp(self.arrays, "v", x, self.policy.activation)[:, 0]
+        if "value_norm.scale" in self.arrays:
+            v = v * self.arrays["value_norm.scale"] + self.arrays["value_norm.mean"]
+        return v
 
     def actor_features(self, x: np.ndarray) -> np.ndarray:
         """What the policy head reads: the features less the critic-only leaves."""

@@ -75,10 +75,15 @@ def run_once(seed: int, work: Path, updates: int, sft_steps: int, timeout: float
              if e.get("event") == "evaluated"]
     metrics = [e for e in events(run / "logs" / "learner-0.jsonl")
                if e.get("event") == "metrics" and "charts/kl_ref" in e]
+    # the sampled responses' mean reward over the first and the last tenth of the updates
+    rewards = [e["grpo/reward_mean"] for e in metrics if "grpo/reward_mean" in e]
+    tenth = max(1, len(rewards) // 10)
     return {"seed": seed, "rc": rc, "wall_s": round(wall, 1), "before": before,
             "after": evals[-1]["eval/return_mean"] if evals else None,
             "kl_ref": metrics[-1]["charts/kl_ref"] if metrics else None,
-            "updates": metrics[-1].get("learner/updates") if metrics else None}
+            "updates": metrics[-1].get("learner/updates") if metrics else None,
+            "train_reward_first": round(sum(rewards[:tenth]) / tenth, 3) if rewards else None,
+            "train_reward_last": round(sum(rewards[-tenth:]) / tenth, 3) if rewards else None}
 
 
 def main() -> None:
@@ -87,11 +92,14 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=100)
     ap.add_argument("--sft-steps", type=int, default=300)
     ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--keep", help="a folder to keep the seeds' runs in (default: a temporary one)")
     ap.add_argument("--set", dest="sets", action="append", default=[],
                     help="A job override for the GRPO job (section.key=value).")
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        if a.keep:
+            tmp = a.keep
         for seed in a.seeds:
             row = run_once(seed, Path(tmp) / f"seed{seed}", a.updates, a.sft_steps,
                            a.timeout, tuple(a.sets))

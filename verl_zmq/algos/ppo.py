@@ -27,7 +27,7 @@ from ..policy.encoders import obs_apply, obs_tensor
 from ..policy.net import PolicyHead, PolicyNet
 from ..policy.nets import actor_critic
 from ..policy.numpy_actor import env_action_of
-from ..policy.value_norm import ValueNorm
+from ..policy.value_norm import attach_value_norm, in_returns
 from .base import START, Algorithm, Learned, Progress, adam, scheduled
 from .core import (
     ADVANTAGE_ESTIMATORS,
@@ -43,7 +43,7 @@ from .core import (
 from .grouped import response_minibatches, sequence_horizon
 from .recurrence import Passed, act_recurrent, cut_sequences, sequence_pass
 from .reference import reference_logp
-from .update import clip_stats, kl_loss, kl_to_reference, optimiser_step
+from .update import clip_stats, kl_loss, kl_to_reference, optimiser_step, value_loss
 
 __all__ = ["PPO", "Recipe", "clipped_surrogate", "compute_gae"]
 
@@ -105,15 +105,9 @@ class PPO(Algorithm[PG], Generic[PG]):
         self.state_size = self.net.state_size if self.recurrent else 0  # type: ignore[assignment]
         self.chunk = p.recurrence or job.sampling.fragment_length
         self.init_policy()
-        # registered after the initial params (which have none): a module of the
-        # policy, so its statistics travel with the params and checkpoints
-        self.value_norm: ValueNorm | None = None
-        if p.normalize_value and r.critic:
-            if self.recurrent:
-                raise ValueError("algorithm.params.normalize_value: not with recurrent "
-                                 "policies; leave it false")
-            self.value_norm = ValueNorm().to(self.device)
-            self.net.add_module("value_norm", self.value_norm)
+        # after the initial params (which have none)
+        self.value_norm = attach_value_norm(self.net, p.normalize_value and r.critic,
+                                            self.recurrent, self.device)
         self.ref: PolicyNet | None = None  # the frozen reference policy of the KL term
         self.kl_ref = 0.0  # the last batch's mean KL of the behaviour policy to it
         if p.kl_coef > 0:
@@ -140,7 +134,8 @@ class PPO(Algorithm[PG], Generic[PG]):
             a = self.net.mode(d) if deterministic else self.net.sample(d)
             extras = {"logp": self.net.log_prob(d, a).cpu().numpy()}
             if self.recipe.critic:
-                extras["value"] = self._value(self.net.value(o, acting=True)).cpu().numpy()
+                v = in_returns(self.value_norm, self.net.value(o, acting=True))
+                extras["value"] = v.cpu().numpy()
         return a.cpu().numpy(), extras
 
     def _act_recurrent(self, o: Any, deterministic: bool, state: Any
@@ -160,10 +155,6 @@ class PPO(Algorithm[PG], Generic[PG]):
             out: np.ndarray = np.asarray(x)
             return out.reshape(-1, *out.shape[2:]) if not prefix else out
         return obs_tensor(obs_apply(gather(batch, self.leaves, prefix), flat), self.device)
-
-    def _value(self, v: torch.Tensor) -> torch.Tensor:
-        """The critic's output in the returns' units (`normalize_value` scales it)."""
-        return v if self.value_norm is None else self.value_norm.denormalize(v)
 
     def _sequence_pass(self, batch: Arrays) -> Passed:
         return sequence_pass(self.net, batch, self.leaves, self.chunk, self.device)
@@ -195,8 +186,9 @@ class PPO(Algorithm[PG], Generic[PG]):
             act = torch.as_tensor(np.asarray(batch["action"]).reshape(T * N, *np.shape(
                 batch["action"])[2:]), device=self.device)
             logp = self.net.log_prob(self.net.dist(obs_t), act).reshape(T, N)
-            value = self._value(self.net.value(obs_t)).reshape(T, N)
-            boot = self._value(self.net.value(self._flat_obs(batch, "bootstrap_")))
+            value = in_returns(self.value_norm, self.net.value(obs_t)).reshape(T, N)
+            boot = in_returns(self.value_norm,
+                              self.net.value(self._flat_obs(batch, "bootstrap_")))
         return logp.cpu().numpy(), value.cpu().numpy(), boot.cpu().numpy()
 
     def prepare(self, batch: Arrays, columns: dict[str, np.ndarray] | None = None
@@ -294,14 +286,8 @@ class PPO(Algorithm[PG], Generic[PG]):
         stats: dict[str, Any] = {}
         loss = pg_loss
         if critic:
-            v, ret, old = values(), mb["ret"], mb["value"]
-            if self.value_norm is not None:  # the critic learns scaled targets
-                ret, old = self.value_norm.normalize(ret), self.value_norm.normalize(old)
-            v_loss = (v - ret) ** 2
-            if p.clip_range_vf > 0:
-                v_clip = old + (v - old).clamp(-p.clip_range_vf, p.clip_range_vf)
-                v_loss = torch.max(v_loss, (v_clip - ret) ** 2)
-            v_loss = 0.5 * v_loss.mean()
+            v_loss = value_loss(values(), mb["ret"], mb["value"], p.clip_range_vf,
+                                self.value_norm)
             loss = loss + p.vf_coef * v_loss
             stats["losses/value_loss"] = v_loss
         entropy = self.net.entropy(d).mean()

@@ -2,7 +2,7 @@
 assembles the same way: PPO (`ppo.py`, and DAPO's and GRPO's recipes of it) on
 its own networks, and GRPO on a Hugging Face model (`seq/hf_grpo.py`) on
 whole responses. One path: the KL to a frozen reference as a reward penalty or a
-loss term, the clip statistics, and the optimiser step."""
+loss term, the clip statistics, the value loss, and the optimiser step."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..policy.value_norm import ValueNorm
 from .base import clip_grad_norm
 from .core import KLController
 
@@ -55,6 +56,19 @@ def clip_stats(new_logp: torch.Tensor, old_logp: torch.Tensor, ratio: torch.Tens
         if verl_names:
             out |= {"actor/pg_clipfrac": clipped, "actor/ppo_kl": -log_ratio.mean()}
     return out
+
+
+def value_loss(v: torch.Tensor, ret: torch.Tensor, old: torch.Tensor, clip: float,
+               norm: ValueNorm | None) -> torch.Tensor:
+    """Half the mean squared error of the values against their targets, clipped
+    around the recorded values where `clip` > 0; with value normalisation `v` is
+    the critic's scaled output and the targets (and the clip) are scaled alike."""
+    if norm is not None:
+        ret, old = norm.normalize(ret), norm.normalize(old)
+    err = (v - ret) ** 2
+    if clip > 0:
+        err = torch.max(err, (old + (v - old).clamp(-clip, clip) - ret) ** 2)
+    return 0.5 * err.mean()
 
 
 def optimiser_step(opt: Any, loss: torch.Tensor, params: Sequence[torch.Tensor],

@@ -51,3 +51,22 @@ class ValueNorm(nn.Module):
 
     def denormalize(self, v: torch.Tensor) -> torch.Tensor:
         return v * self.scale + self.mean
+
+
+def attach_value_norm(net: nn.Module, wanted: bool, recurrent: bool,
+                      device: str | torch.device) -> ValueNorm | None:
+    """A `ValueNorm` registered as the policy module's `value_norm` (so its
+    statistics travel with the params and checkpoints) where the job asks for one."""
+    if not wanted:
+        return None
+    if recurrent:
+        raise ValueError("algorithm.params.normalize_value: not with recurrent policies; "
+                         "leave it false")
+    norm = ValueNorm().to(device)
+    net.add_module("value_norm", norm)
+    return norm
+
+
+def in_returns(norm: ValueNorm | None, v: torch.Tensor) -> torch.Tensor:
+    """The critic's output in the returns' units (scaled back where it is normalised)."""
+    return v if norm is None else norm.denormalize(v)

@@ -6,6 +6,7 @@ unwritable), with the summary on stdout where summary.json cannot be written."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -36,16 +37,17 @@ def small_disk(path, size: str = "4m"):
 
 
 def fill(path) -> int:
-    """Write until the filesystem is full; the bytes written."""
+    """Write until the filesystem is full; the bytes written (0 where the job had
+    already filled it: then even the filler cannot be created)."""
     n = 0
-    with open(path / "filler", "wb") as f:
-        try:
+    try:
+        with open(path / "filler", "wb", buffering=0) as f:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
                 n += 65536
-        except OSError:
-            pass
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
     return n
 
 

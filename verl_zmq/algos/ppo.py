@@ -107,7 +107,7 @@ class PPO(Algorithm[PG], Generic[PG]):
         self.init_policy()
         # after the initial params (which have none)
         self.value_norm = attach_value_norm(self.net, p.normalize_value and r.critic,
-                                            self.recurrent, self.device)
+                                            self.device)
         self.ref: PolicyNet | None = None  # the frozen reference policy of the KL term
         self.kl_ref = 0.0  # the last batch's mean KL of the behaviour policy to it
         if p.kl_coef > 0:

@@ -220,6 +220,9 @@ def _check_algorithm(job: Job, source: str) -> None:
     p = job.algorithm.params
     for why in p.problems():
         raise ConfigError(f"{source}: {why}")
+    if isinstance(p, PPOParams) and p.normalize_value and job.algorithm.policy.recurrent:
+        raise ConfigError(f"{source}: algorithm.params.normalize_value: not with recurrent "
+                          f"policies (algorithm.policy.recurrent); leave it false")
     _check_hf_keys(job, source)
 
 

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..normalize import RunningMeanStd
+
 # the smallest scale: a batch of equal returns must not blow the targets up
 MIN_SCALE = 1e-4
 
@@ -35,16 +37,15 @@ class ValueNorm(nn.Module):
         x = np.asarray(targets, np.float64).reshape(-1)
         if not x.size:
             return
-        n, m, v = float(self.count), float(self.mean), float(self.var)
-        k, bm, bv = float(x.size), float(x.mean()), float(x.var())
-        total = n + k
-        delta = bm - m
-        mean = m + delta * k / total
-        var = (v * n + bv * k + delta * delta * n * k / total) / total
-        self.mean.fill_(mean)
-        self.var.fill_(var)
-        self.count.fill_(total)
-        self.scale.fill_(max(var ** 0.5, MIN_SCALE))
+        # the buffers are the state (they load with a checkpoint): merged through
+        # the observation statistics' own merge, then written back
+        rms = RunningMeanStd((), np.asarray(float(self.mean)), np.asarray(float(self.var)),
+                             float(self.count))
+        rms.update(x)
+        self.mean.fill_(float(rms.mean))
+        self.var.fill_(float(rms.var))
+        self.count.fill_(rms.count)
+        self.scale.fill_(max(float(rms.var) ** 0.5, MIN_SCALE))
 
     def normalize(self, y: torch.Tensor) -> torch.Tensor:
         return (y - self.mean) / self.scale
@@ -53,15 +54,13 @@ class ValueNorm(nn.Module):
         return v * self.scale + self.mean
 
 
-def attach_value_norm(net: nn.Module, wanted: bool, recurrent: bool,
-                      device: str | torch.device) -> ValueNorm | None:
+def attach_value_norm(net: nn.Module, wanted: bool, device: str | torch.device
+                      ) -> ValueNorm | None:
     """A `ValueNorm` registered as the policy module's `value_norm` (so its
-    statistics travel with the params and checkpoints) where the job asks for one."""
+    statistics travel with the params and checkpoints) where the job asks for one
+    (the job check refuses it for recurrent policies)."""
     if not wanted:
         return None
-    if recurrent:
-        raise ValueError("algorithm.params.normalize_value: not with recurrent policies; "
-                         "leave it false")
     norm = ValueNorm().to(device)
     net.add_module("value_norm", norm)
     return norm

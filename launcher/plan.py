@@ -111,7 +111,13 @@ def make_plan(job: Job, hosts: list[Host]) -> Plan:
                        f"(sbatch -N / --ntasks-per-node), or run fewer roles")
             raise HostsError(f"cannot place {member_id}: {why}")
         placing = role_traits(role).placing
-        if placing is Placing.SPREAD:
+        # a peer's samplers go where their peer went (when that host allows them and
+        # has room): each peer's envs, shard and updates stay on one machine
+        leader = next((p.host for p in placements if p.group == group
+                       and role_traits(p.role).placing is Placing.SPREAD_WITH_GROUP), None)
+        if placing is Placing.SPREAD and leader in candidates:
+            i = leader
+        elif placing in (Placing.SPREAD, Placing.SPREAD_WITH_GROUP):
             # spread: the next allowed host after the last one used
             order = sorted(candidates, key=lambda i: (i - rr) % len(hosts))
             i = order[0]

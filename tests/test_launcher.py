@@ -92,6 +92,24 @@ def test_plan_spreads_samplers_and_puts_registry_first():
     assert plan.registry_endpoint == f"tcp://127.0.0.2:{job.registry_port}"
 
 
+def test_each_peer_takes_a_host_with_its_samplers_and_shard():
+    # a machine per peer: peers spread, and each group's samplers and shard follow it
+    job = load_job(CONFIGS / "cartpole_dapo.toml")
+    hosts = [Host("127.0.0.2", roles=("registry", "evaluator")),
+             *(Host(f"127.0.0.{3 + i}", roles=("peer", "sampler", "replay")) for i in range(4))]
+    plan = make_plan(job, hosts)
+    by_group: dict[str, set[int]] = {}
+    for p in plan.placements:
+        if p.role in ("peer", "sampler", "replay"):
+            by_group.setdefault(p.group, set()).add(p.host)
+    assert sorted(by_group.values(), key=min) == [{1}, {2}, {3}, {4}]
+    # a host without room for a peer's sampler: the sampler spreads as before
+    hosts[1] = Host("127.0.0.3", roles=("peer", "replay"))
+    plan = make_plan(job, hosts)
+    s0 = next(p for p in plan.placements if p.member_id == "sampler-0")
+    assert s0.host != 1 and s0.host in (2, 3, 4)
+
+
 def test_slots_bound_placement():
     job = load_job(CONFIGS / "cartpole_ppo.toml")  # learner and samplers take cpu=1 each
     with pytest.raises(HostsError, match="full"):

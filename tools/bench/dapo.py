@@ -116,24 +116,30 @@ def run_arm(arm: str, seed: int, target: float, task: list[str] = (),
         t0 = time.time()
         launch(ROOT / job, run, [*over, *task, f"experiment.seed={seed}",
                                  f"evaluation.stop_at_return={target}"], timeout=3600)
-        wall = time.time() - t0
-        evs = [e for e in events(run / "logs" / "evaluator-0.jsonl")
-               if e.get("event") == "evaluated"]
-        first = sampling_start(run)
+        return reached(run, target, time.time() - t0, peers=arm.startswith("dapo"))
+
+
+def reached(run: Path, target: float, wall: float, peers: bool) -> dict:
+    """From a finished run's logs: total env steps and seconds from the first env step
+    to the first trainer and to every trainer reaching `target` (None: never);
+    `peers`: a decentralised job, where one trainer alone is not every trainer."""
+    evs = [e for e in events(run / "logs" / "evaluator-0.jsonl")
+           if e.get("event") == "evaluated"]
+    first = sampling_start(run)
     trainers = {e.get("member") for e in evs}
     latest: dict[str, int] = {}
-    reached: set[str] = set()
+    got: set[str] = set()
     out = {"first_steps": None, "first_s": None, "all_steps": None, "all_s": None,
            "wall_s": wall}
     for e in evs:  # in time order, until every trainer has reached the target
         latest[e["member"]] = int(e["env_steps"])
         if e["eval/return_mean"] < target:
             continue
-        reached.add(e["member"])
+        got.add(e["member"])
         since = e["ts"] - first if first is not None else None
         if out["first_steps"] is None:
             out["first_steps"], out["first_s"] = sum(latest.values()), since
-        if reached == trainers and (len(trainers) > 1 or not arm.startswith("dapo")):
+        if got == trainers and (len(trainers) > 1 or not peers):
             out["all_steps"], out["all_s"] = sum(latest.values()), since
             break
     return out

@@ -18,6 +18,9 @@ class Placing(Enum):
 
     FIRST = "first"  # the first host with room
     SPREAD = "spread"  # round-robin over the hosts (samplers: envs everywhere)
+    # round-robin, and its group's samplers follow it to its host where they fit: a
+    # decentralised peer with its envs and shard is one machine's worth of the job
+    SPREAD_WITH_GROUP = "spread_with_group"
     BESIDE_TRAINER = "beside_trainer"  # on its group's trainer's host (batches stay local)
 
 
@@ -77,7 +80,7 @@ ROLE_TRAITS: dict[str, RoleTraits] = {
                         start_order=3,
                         endpoints=("params", "dist"), charts="member"),
     PEER: RoleTraits(PEER, vital=False, trains=True, ends_job=True, needed=False,
-                     start_order=3,
+                     start_order=3, placing=Placing.SPREAD_WITH_GROUP,
                      endpoints=("params", "gossip"), charts="each"),
     EVALUATOR: RoleTraits(EVALUATOR, vital=False, trains=False, ends_job=False, needed=True,
                           start_order=4,

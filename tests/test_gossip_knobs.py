@@ -23,7 +23,8 @@ from verl_zmq.learning.gossip.async_mix import AsyncGradMixer
 from verl_zmq.learning.gossip.grad_codec import GradEncoder
 
 JOB = CONFIGS / "cartpole_dapo.toml"
-ROUNDS_RESET = ("gossip.update_interval=5",)  # the shipped job's asynchronous key
+# the shipped job's asynchronous keys, back at their defaults
+ROUNDS_RESET = ("gossip.update_interval=5", 'gossip.compression="none"')
 ODD = {"neighbor_count": 3, "update_interval": 7, "selection_strategy": '"reward_based"',
        "topology": '"exponential"', "temperature": 3.0, "max_queue_size": 3,
        "priority_fn": '"recency"', "sync_interval": 9, "grad_staleness": 4,

@@ -14,6 +14,7 @@ evaluation reached the target, and the group's env steps then; then the mean
 of each arm and the ratio of DAPO's to PPO's.
 
     python tools/bench/dapo_hosts.py [--seeds 0 1 2] [--quota 0.45] [--ppo-samplers 1]
+        [--set gossip.compression='"sign"']
 
 Needs root (network namespaces, cgroups), sshd and the ssh client.
 """
@@ -73,7 +74,8 @@ class CpuQuota:
             self.path.rmdir()
 
 
-def run_one(arm: str, seed: int, share: float, ppo_samplers: int, tmp: Path) -> dict:
+def run_one(arm: str, seed: int, share: float, ppo_samplers: int, tmp: Path,
+            extra: list[str]) -> dict:
     hosts_n = 1 + (PEERS if arm == "dapo" else 1)
     quotas: list[CpuQuota] = []
     with Lab(tmp / f"lab-{arm}-{seed}", hosts=hosts_n) as lab:
@@ -86,7 +88,7 @@ def run_one(arm: str, seed: int, share: float, ppo_samplers: int, tmp: Path) -> 
             if arm == "dapo":
                 job = ROOT / DAPO_JOB
                 lines += [f"{a} roles=peer,sampler,replay" for a in lab.addresses[1:]]
-                over = [*BASE, "resources.peer.cpu=0", "resources.sampler.cpu=0"]
+                over = [*BASE, "resources.peer.cpu=0", "resources.sampler.cpu=0", *extra]
             else:
                 job_name, over = _ppo(256)
                 job = ROOT / job_name
@@ -121,6 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ppo-samplers", type=int, default=1,
                     help="samplers of 8 envs beside PPO's learner on its one host")
     ap.add_argument("--arms", nargs="+", choices=["dapo", "ppo"], default=["dapo", "ppo"])
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="overrides for the DAPO arm (e.g. gossip.compression=\"sign\")")
     args = ap.parse_args(argv)
     if why := unavailable():
         raise SystemExit(f"namespace hosts are not available: {why}")
@@ -134,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as t:
         for seed in args.seeds:
             for arm in args.arms:
-                r = run_one(arm, seed, args.quota, args.ppo_samplers, Path(t))
+                r = run_one(arm, seed, args.quota, args.ppo_samplers, Path(t), args.set)
                 rows[arm].append(r)
                 s = "> budget" if r["all_s"] is None else f"{r['all_s']:.1f}"
                 n = "-" if r["all_steps"] is None else f"{r['all_steps']:,}"

@@ -25,8 +25,7 @@ TARGET = 475.0
 DEADLINE_S = 3.0  # gossip.round_deadline_s = 0: heartbeat_interval_s x heartbeat_liveness
 SLACK_S = 2.0
 # the shipped job in gradient rounds: its asynchronous keys back at their defaults
-ROUNDS = ('gossip.mixing="gradients"', "gossip.update_interval=5", 'gossip.compression="none"',
-          "gossip.sync_interval=10")
+ROUNDS = ('gossip.mixing="gradients"', "gossip.update_interval=5", "gossip.sync_interval=10")
 
 
 def _ev(path, name):

@@ -23,8 +23,7 @@ from verl_zmq.learning.gossip.async_mix import AsyncGradMixer
 from verl_zmq.learning.gossip.grad_codec import GradEncoder
 
 JOB = CONFIGS / "cartpole_dapo.toml"
-# the shipped job's asynchronous keys, back at their defaults
-ROUNDS_RESET = ("gossip.update_interval=5", 'gossip.compression="none"')
+ROUNDS_RESET = ("gossip.update_interval=5",)  # the shipped job's asynchronous key
 ODD = {"neighbor_count": 3, "update_interval": 7, "selection_strategy": '"reward_based"',
        "topology": '"exponential"', "temperature": 3.0, "max_queue_size": 3,
        "priority_fn": '"recency"', "sync_interval": 9, "grad_staleness": 4,

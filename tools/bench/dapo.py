@@ -75,7 +75,7 @@ PULL = ["gossip.share_batch=false", 'gossip.mixing="reward_softmax"', "gossip.sy
         f"training.total_timesteps={BUDGET // PEERS}", f"evaluation.interval_steps={EVAL // PEERS}"]
 # the shipped job's asynchronous keys back at their defaults, for the rounds' modes,
 # which do not read them (verl check refuses a key its mode does not read)
-RESET = ["gossip.update_interval=5", 'gossip.compression="none"']
+RESET = ["gossip.update_interval=5"]
 ARMS: dict[str, tuple[str, list[str]]] = {
     "dapo": (DAPO_JOB, BASE),
     "dapo-alone": (DAPO_JOB, [*BASE, 'gossip.mixing="exact"', *RESET,

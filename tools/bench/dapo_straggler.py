@@ -28,7 +28,6 @@ from tools.harness import ROOT, events, poll, start  # noqa: E402
 
 JOB = ROOT / "configs" / "cartpole_dapo.toml"
 MODES = {"async": [], "gradients": ['gossip.mixing="gradients"', "gossip.update_interval=5",
-                                    'gossip.compression="none"',
                                     "gossip.sync_interval=10"]}
 TARGET = 475.0
 SLOW, SPELL_S, BEFORE_S = 3, 20.0, 15.0

@@ -12,13 +12,14 @@ to it alone through CUDA_VISIBLE_DEVICES.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from verl_zmq.config import Job
 from verl_zmq.config.members import default_specs
-from verl_zmq.config.roles import Placing, role_traits
+from verl_zmq.config.roles import Placing, RoleTraits, role_traits
 
 from .hosts import Host, HostsError
 
@@ -85,6 +86,13 @@ def _gpu(job: Job, role: str) -> int:
     return max(0, res.gpu) if res is not None else 0
 
 
+def _group_host(placements: list[Placement], group: str,
+                member_is: Callable[[RoleTraits], bool]) -> int | None:
+    """The host of the first placed member of `group` whose role `member_is`."""
+    return next((p.host for p in placements
+                 if p.group == group and member_is(role_traits(p.role))), None)
+
+
 def make_plan(job: Job, hosts: list[Host]) -> Plan:
     used = [0] * len(hosts)
     gpus_used = [0] * len(hosts)
@@ -113,9 +121,10 @@ def make_plan(job: Job, hosts: list[Host]) -> Plan:
         placing = role_traits(role).placing
         # a peer's samplers go where their peer went (when that host allows them and
         # has room): each peer's envs, shard and updates stay on one machine
-        leader = next((p.host for p in placements if p.group == group
-                       and role_traits(p.role).placing is Placing.SPREAD_WITH_GROUP), None)
-        if placing is Placing.SPREAD and leader in candidates:
+        leader = (_group_host(placements, group,
+                              lambda t: t.placing is Placing.SPREAD_WITH_GROUP)
+                  if placing is Placing.SPREAD else None)
+        if leader in candidates:
             i = leader
         elif placing in (Placing.SPREAD, Placing.SPREAD_WITH_GROUP):
             # spread: the next allowed host after the last one used
@@ -124,8 +133,7 @@ def make_plan(job: Job, hosts: list[Host]) -> Plan:
             rr = i + 1
         elif placing is Placing.BESIDE_TRAINER:
             # a shard next to its group's learner/peer keeps batches off the network
-            owner = next((p.host for p in placements if p.group == group
-                          and role_traits(p.role).trains), None)
+            owner = _group_host(placements, group, lambda t: t.trains)
             i = owner if owner in candidates else candidates[0]
         else:
             i = candidates[0]

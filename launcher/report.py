@@ -240,7 +240,11 @@ def closing_block(summary: dict[str, Any], run_dir: Path, where: str) -> str:
     if summary.get("stopped_by"):
         lines.append(f"  stopped by      {summary['stopped_by']}")
     best = summary.get("best_checkpoint")
-    lines.append(f"  best checkpoint  {_short_path(best) if best else '- (none written)'}")
+    each = summary.get("best_checkpoints") or {}
+    if each:  # several trained policies: each one's
+        lines += [f"  best of {p:<8} {_short_path(b)}" for p, b in each.items()]
+    else:
+        lines.append(f"  best checkpoint  {_short_path(best) if best else '- (none written)'}")
     lines.append(f"  summary          {_short_path(where) if where != 'stdout' else 'stdout'}")
     for w in summary.get("warnings", []):
         if w["event"] in ROLE_ENDS:  # the restarts and failures below say it

@@ -370,7 +370,11 @@ class Supervisor:
         outcome = EXIT_CHECKPOINTS if missing and self.outcome == EXIT_DONE else self.outcome
         status = {EXIT_DONE: "done", EXIT_FAILED: "failed", EXIT_INTERRUPTED: "interrupted",
                   EXIT_CHECKPOINTS: "done"}
-        best = self.run_dir / "checkpoints" / "best.pt"
+        # best.pt, or with several trained policies each one's own (checkpoints/<policy>/)
+        trained = self.job.multiagent.trained
+        bests = {p: self.run_dir / "checkpoints" / p / "best.pt" for p in trained} \
+            if len(trained) > 1 else {"": self.run_dir / "checkpoints" / "best.pt"}
+        found = {p: str(b) for p, b in bests.items() if b.exists()}
         return {
             "experiment": self.job.experiment.name,
             "env_id": self.job.environment.id,
@@ -393,7 +397,8 @@ class Supervisor:
             "lost_hosts": {h: sorted(m) for h, m in self.hosts.lost.items()},
             "failed_roles": {m: self.errors.get(m) or last_lines(self.logs / f"{m}.err", 5)
                              for m in self.failed},
-            "best_checkpoint": str(best) if best.exists() else None,
+            "best_checkpoint": next(iter(found.values()), None),
+            "best_checkpoints": found if len(trained) > 1 else {},
             "checkpoints_missing": missing,
             "warnings": warnings,
         }

@@ -10,6 +10,12 @@ machine (the `multiagent` and `bench` extras).
   same PPO settings. Reports each final policy's mean episode return summed over
   the agents on 100 episodes (ours: the job's final evaluation; SB3: the same
   episodes, deterministic), env steps, and whole-process wall time.
+- `peers`: DAPO with a peer per agent (configs/simple_spread_dapo.toml: each of
+  the 3 agents has its own policy, learnt by its own peer, the peers gossiping
+  gradients) against one PPO policy shared by the agents (and, on request,
+  MAPPO), same hyperparameters and evaluations: the group's agent steps and
+  seconds until the joint policy's evaluation first reaches `--target` (for
+  DAPO: every peer's), and the final evaluation.
 - `steps`: agent steps per second of acting and stepping alone, one process: our
   sampler's collector against SuperSuit's vector env with SB3's policy acting,
   on the same env copies.
@@ -23,6 +29,7 @@ machine (the `multiagent` and `bench` extras).
   early versions against each other.
 
     python tools/bench/multiagent.py spread --seeds 0 1 2 --steps 1000000
+    python tools/bench/multiagent.py peers --seeds 0 1 2 --target -65
     python tools/bench/multiagent.py steps
     python tools/bench/multiagent.py connect4
     python tools/bench/multiagent.py tag
@@ -44,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: to
 from tools.harness import ROOT, events, launch  # noqa: E402
 
 SPREAD = ROOT / "configs" / "simple_spread_ppo.toml"
+SPREAD_DAPO = ROOT / "configs" / "simple_spread_dapo.toml"
 CONNECT4 = ROOT / "configs" / "connect_four_selfplay.toml"
 TAG = ROOT / "configs" / "simple_tag_ppo.toml"
 LOOKAHEAD = "verl_zmq.envs.opponents:connect_four_lookahead"
@@ -141,6 +149,51 @@ def spread(a: argparse.Namespace) -> None:
         print(f"| {arm} | {len(mine)} | {np.mean(rets):.2f} "
               f"({', '.join(f'{x:.2f}' for x in rets)}) | {np.mean(walls):.1f} "
               f"({', '.join(f'{x:.0f}' for x in walls)}) |")
+
+
+def peers(a: argparse.Namespace) -> None:
+    """DAPO with a peer per agent against shared-policy PPO on simple_spread."""
+    from tools.bench.dapo import reached
+
+    rows = []
+    with tempfile.TemporaryDirectory() as t:
+        for seed in a.seeds:
+            for arm in a.arms:
+                run = Path(t) / f"{arm}-{seed}"
+                sets = [f"experiment.seed={seed}", f"training.total_timesteps={a.steps}",
+                        f"evaluation.interval_steps={a.eval_every}", *a.set]
+                if arm == "mappo":
+                    sets.append("multiagent.centralised_critic=true")
+                rc, wall = launch(SPREAD_DAPO if arm == "dapo" else SPREAD, run, sets)
+                got = reached(run, a.target, wall, arm == "dapo")
+                final = _final_eval(run)
+                rows.append({"arm": arm, "seed": seed, "rc": rc, **got,
+                             "final": final.get("eval/return_mean")})
+                print(json.dumps(rows[-1]), flush=True)
+    print(f"\nsimple_spread_v3, {a.steps:,} agent steps; the joint policy's evaluation "
+          f"({a.eval_every:,} group agent steps apart) first at or above {a.target} "
+          f"(DAPO: every peer's)\n")
+    print("| arm | seeds reached | agent steps to target, mean (each) | s to target, mean | "
+          "final return, mean | ratio of steps to ppo |")
+    print("|---|---|---|---|---|---|")
+    def to_target(arm: str) -> list[int]:
+        # a seed that never reached it counts at the budget: a lower bound on its steps
+        return [r["all_steps"] if r["all_steps"] is not None else a.steps
+                for r in rows if r["arm"] == arm]
+
+    base = float(np.mean(to_target("ppo"))) if "ppo" in a.arms else None
+    for arm in a.arms:
+        mine = [r for r in rows if r["arm"] == arm]
+        got = [r for r in mine if r["all_steps"] is not None]
+        steps_ = to_target(arm)
+        mean = float(np.mean(steps_))
+        secs = [r["all_s"] for r in got if r["all_s"] is not None]
+        finals = [r["final"] for r in mine if r["final"] is not None]
+        print(f"| {arm} | {len(got)}/{len(mine)} | {mean:,.0f} "
+              f"({', '.join(f'{x:,}' for x in steps_)}) | "
+              f"{np.mean(secs) if secs else float('nan'):.1f} | "
+              f"{np.mean(finals) if finals else float('nan'):.2f} | "
+              f"{mean / base if base else float('nan'):.2f} |")
 
 
 def steps(a: argparse.Namespace) -> None:
@@ -284,6 +337,15 @@ def main() -> None:
                    default=["shared", "mappo", "sb3"])
     s.add_argument("--set", action="append", default=[],
                    help="a job override for our arms (section.key=value)")
+    s = sub.add_parser("peers")
+    s.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    s.add_argument("--steps", type=int, default=1_000_000)
+    s.add_argument("--target", type=float, default=-65.0)
+    s.add_argument("--eval-every", type=int, default=50_000)
+    s.add_argument("--arms", nargs="+", choices=("ppo", "dapo", "mappo"),
+                   default=["ppo", "dapo"])
+    s.add_argument("--set", action="append", default=[],
+                   help="a job override for every arm (section.key=value)")
     s = sub.add_parser("steps")
     s.add_argument("--copies", type=int, default=16)
     s.add_argument("--seconds", type=float, default=10.0)
@@ -294,7 +356,7 @@ def main() -> None:
         s.add_argument("--set", action="append", default=[])
         s.add_argument("--keep", help="the run folder to write and keep (default: a temporary one)")
     a = ap.parse_args()
-    {"spread": spread, "steps": steps, "connect4": connect4, "tag": tag}[a.what](a)
+    {"spread": spread, "peers": peers, "steps": steps, "connect4": connect4, "tag": tag}[a.what](a)
 
 
 if __name__ == "__main__":

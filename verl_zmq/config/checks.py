@@ -107,9 +107,13 @@ def _check_multiagent(job: Job, source: str) -> None:
         if odd:
             problems.append(f"multiagent.policies.{name}.params: {', '.join(odd)} are not "
                             f"{job.algorithm.name}'s [algorithm.params] keys")
-    if len(ma.trained) > 1 and (job.training.num_learners > 1 or job.traits.decentralised):
+    if len(ma.trained) > 1 and job.training.num_learners > 1:
         problems.append("multiagent: several trained policies each have a learner of their "
-                        "own; training.num_learners and decentralised algorithms take one")
+                        "own; training.num_learners takes one")
+    if len(ma.trained) > 1 and job.traits.decentralised and job.launch.peers != len(ma.trained):
+        problems.append(f"launch.peers = {job.launch.peers}: a decentralised multi-agent job "
+                        f"runs one peer per trained policy; set launch.peers = "
+                        f"{len(ma.trained)} (policies: {', '.join(ma.trained)})")
     if problems:
         raise ConfigError(f"{source}: {problems[0]}")
 

@@ -23,10 +23,19 @@ def default_specs(job: Job) -> list[RoleSpec]:
     """Every role of a job, registry first, then learners (or peers), shards,
     evaluators and samplers. DAPO: one group per peer, each with its own shard
     and `sampling.num_workers` samplers. Several trained policies of a multi-agent
-    job: a group per policy, its learner and shards; samplers and evaluators in
-    the first one's (they serve every policy)."""
+    job: a group per policy, its learner (DAPO: its peer) and shards; samplers and
+    evaluators in the first one's (they serve every policy)."""
     L = job.launch
     specs = [RoleSpec(REGISTRY, REGISTRY)]
+    trained = job.multiagent.trained
+    if job.traits.decentralised and len(trained) > 1:  # a peer per trained policy
+        groups = [job.multiagent.group_of(p) for p in trained]
+        specs += [RoleSpec(PEER, f"peer-{i}", g) for i, g in enumerate(groups)]
+        specs += [RoleSpec(REPLAY, f"replay-{i}", g) for i, g in enumerate(groups)]
+        specs += [RoleSpec(EVALUATOR, f"evaluator-{e}", groups[0]) for e in range(L.evaluators)]
+        specs += [RoleSpec(SAMPLER, f"sampler-{i}", groups[0])
+                  for i in range(job.sampling.num_workers)]
+        return specs
     if job.traits.decentralised:
         n = max(L.peers, 1)
         specs += [RoleSpec(PEER, f"peer-{p}", f"peer{p}") for p in range(n)]
@@ -36,7 +45,6 @@ def default_specs(job: Job) -> list[RoleSpec]:
         specs += [RoleSpec(SAMPLER, f"sampler-{p * per + i}", f"peer{p}")
                   for p in range(n) for i in range(per)]
         return specs
-    trained = job.multiagent.trained
     if len(trained) > 1:  # several trained policies: a learner and shards each
         first = job.multiagent.group_of(trained[0])
         specs += [RoleSpec(LEARNER, f"learner-{i}", job.multiagent.group_of(p))

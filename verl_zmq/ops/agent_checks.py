@@ -27,9 +27,6 @@ def agent_job_problems(job: Job, networks: bool = True, probe_steps: int | None 
                         "false")
     if job.algorithm.policy.recurrent:
         problems.append("algorithm.policy.recurrent: not with a multi-agent env yet")
-    if job.traits.decentralised:
-        problems.append(f"algorithm.name = {job.algorithm.name!r}: decentralised peers do "
-                        f"not train multi-agent policies yet; use ppo")
     for p in ma.names:
         if ma.policy(p).fixed and not ma.policy(p).fixed.endswith(".pt"):
             continue
@@ -49,10 +46,36 @@ def agent_job_problems(job: Job, networks: bool = True, probe_steps: int | None 
                 make_algorithm(view, spec)
             except (ValueError, KeyError) as e:
                 problems.append(f"policy {p!r}: {e}")
+    if job.traits.decentralised:
+        problems += _peer_problems(job)
     problems += plugin_problems(job)
     if problems or probe_steps == 0:
         return problems
     return _probe(job)
+
+
+def _peer_problems(job: Job) -> list[str]:
+    """A decentralised job's peers (one per trained policy) mix what they learn:
+    their policies must share one network shape, so every trained policy's agents
+    must observe and act alike (`multiagent.agent_index` tells them apart)."""
+    from ..envs.agents import AgentEnvError, policy_spec
+
+    ma = job.multiagent
+    shapes = {}
+    for p in ma.trained:
+        try:
+            s = policy_spec(job.environment, ma, p)
+        except AgentEnvError:
+            return []  # reported above
+        shapes[p] = (s.obs_shape, s.discrete, s.n_actions, s.action_shape, s.obs, s.nvec,
+                     s.mask, s.critic_only)
+    first = ma.trained[0]
+    odd = [p for p in ma.trained if shapes[p] != shapes[first]]
+    if odd:
+        return [f"algorithm.name = {job.algorithm.name!r}: peers mix their policies, which "
+                f"must share spaces; policy {odd[0]!r} observes or acts unlike {first!r} "
+                f"(map agents of one kind to the trained policies, or use ppo)"]
+    return []
 
 
 def _probe(job: Job) -> list[str]:

@@ -179,8 +179,7 @@ class EvaluatorRole(Role):
             return False
         if msg.final and src in self.finals:
             return False
-        live = [msg, *(m for s, (_, m) in self.held.items() if s != src and s in self.trainers)] \
-            if self.job.traits.decentralised else [msg]
+        live = self._live(msg)
         # (history is kept for DAPO peers only: a learner's params are never "common")
         common = [m for m in live if self._fp(m.src) and all(
             self._fp(m.src) in self.history.get(o.src, {}) for o in live)]
@@ -210,6 +209,14 @@ class EvaluatorRole(Role):
 
     def _fp(self, src: str) -> str:
         return self.held.get(src, ("", None))[0]
+
+    def _live(self, msg: wire.Params) -> list[wire.Params]:
+        """The params an evaluation round covers: the sender's, and in DAPO every
+        live peer's newest as well."""
+        if not self.job.traits.decentralised:
+            return [msg]
+        return [msg, *(m for s, (_, m) in self.held.items()
+                       if s != msg.src and s in self.trainers)]
 
     async def _returns(self, msg: wire.Params, E: Evaluation) -> np.ndarray | None:
         """The episodes' returns of these params: run, or known from the same params

@@ -91,6 +91,11 @@ class MultiAgentEvaluator(EvaluatorRole):
     def _fp(self, src: str) -> str:
         return ""  # a joint evaluation depends on every policy's params: nothing cached
 
+    def _live(self, msg: wire.Params) -> list[wire.Params]:
+        # one joint evaluation plays every policy on its newest params, whoever's
+        # (a DAPO peer per policy: each is credited when its own params arrive)
+        return [msg]
+
     def _load(self, msg: wire.Params) -> bool:
         p = self._policy_of(msg.src)
         try:

@@ -266,6 +266,7 @@ def run(job: Job, source: str, rd: Path, plan: Plan, verbose: bool = False,
         clear_running(rd)
     summary = sup.summary()
     where = write_summary(rd / "summary.json", summary, console)
+    sup.tracking.finish(summary)  # its artifacts include summary.json (bounded)
     sup.log.info("launcher_finished", **{k: v for k, v in summary.items() if k != "evaluations"})
     with contextlib.suppress(OSError):
         console.write(closing_block(summary, rd, where))

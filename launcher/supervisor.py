@@ -18,6 +18,7 @@ from verl_zmq.config import Job
 from verl_zmq.config.roles import role_traits
 from verl_zmq.ops import tb
 from verl_zmq.ops.runview import RunView
+from verl_zmq.ops.tracking import Tracking
 
 from . import early
 from .affinity import cpu_specs
@@ -85,7 +86,10 @@ class Supervisor:
         self.outcome = EXIT_DONE
         self.wake = asyncio.Event()
         self.t0 = time.time()
-        self.charts = tb.Charts(run_dir, job_text, self.view, log)  # tb/, from the logs
+        # tb/, and MLflow and W&B where logging.backends names them, from the logs
+        self.charts = tb.Charts(run_dir, job_text, self.view, log) \
+            if "tensorboard" in job.logging.backends else None
+        self.tracking = Tracking(job, run_dir, self.view, log)
         self.hooks = Hooks(callbacks, self.view, self.stop_early)  # the Python API's
 
     def _env(self, p: Placement) -> dict[str, str]:
@@ -220,11 +224,16 @@ class Supervisor:
             await asyncio.sleep(0.5)
             new = self.view.poll()
             self.term.role_events(new)
-            self.charts.write(new)
+            self._chart(new)
             self.hooks.take(new)
             if time.monotonic() >= next_print:
                 next_print = time.monotonic() + every
                 self.term.progress(self.progress.line())
+
+    def _chart(self, new: list[dict[str, Any]], final: bool = False) -> None:
+        if self.charts is not None:
+            self.charts.write(new, final=final)
+        self.tracking.write(new)
 
     def stop_early(self, reason: str) -> None:
         """End the job cleanly before its end (a callback asked): status "done"."""
@@ -285,7 +294,7 @@ class Supervisor:
             w.cancel()
         new = self.view.poll()
         self.term.role_events(new)
-        self.charts.write(new, final=True)
+        self._chart(new, final=True)
         self.hooks.take(new)
         self.term.progress(self.progress.line())  # where it ended, however soon that was
         self.term.end()

@@ -53,6 +53,28 @@ def check_semantics(job: Job, source: str) -> None:
     _check_resources(job, source)
     _check_multiagent(job, source)
     _check_gossip(job, source)
+    _check_tracking(job, source)
+
+
+TRACKING = ("tensorboard", "mlflow", "wandb")
+
+
+def _check_tracking(job: Job, source: str) -> None:
+    """logging.backends: known names, and MLflow and W&B importable here (the
+    launcher runs them). TensorBoard, the default, is charted where it is installed."""
+    import importlib.util
+
+    for b in job.logging.backends:
+        if b not in TRACKING:
+            raise ConfigError(f"{source}: logging.backends: {b!r} is not a backend (choose "
+                              f"from {', '.join(TRACKING)})")
+        if b != "tensorboard" and importlib.util.find_spec(b) is None:
+            raise ConfigError(f"{source}: logging.backends: {b!r} needs the {b} package: "
+                              f"pip install -e '.[tracking]', or remove it from the list")
+    bad = [t for t in job.experiment.tags if not isinstance(t, str) or not t.strip()]
+    if bad:
+        raise ConfigError(f"{source}: experiment.tags: expected a list of non-empty strings, "
+                          f"got {bad[0]!r}")
 
 
 # the [gossip] keys each mixing mode reads (share_batch: every mode); a key set to

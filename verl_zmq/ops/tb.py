@@ -1,21 +1,16 @@
 """TensorBoard event files for a run, written from its logs (the `tensorboard`
-extra; no torch or TensorFlow needed): learner, evaluator and peer metrics as
-scalars under their own `role/name` keys, samplers' and shards' metrics
-aggregated over their members (rates summed, the rest averaged), all against
-env steps; the resolved job as text. The launcher runs one beside the job."""
+extra; no torch or TensorFlow needed): the scalars `scalars.ScalarStream` makes
+of them, against env steps, and the resolved job as text. The launcher runs one
+beside the job."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from ..config.roles import ROLE_TRAITS, ROLES
 from ..log import write_failed
 from .runview import RunView
-
-SUMMED = ("_per_s", "/env_steps", "/fragments", "/inserts", "/served", "/transitions")
-PER_MEMBER = tuple(r for r in ROLES if ROLE_TRAITS[r].charts in ("member", "each"))
-AGGREGATED = tuple(r for r in ROLES if ROLE_TRAITS[r].charts == "sum")
+from .scalars import ScalarStream
 
 
 def available() -> bool:
@@ -40,7 +35,7 @@ class TBWriter:
             view.poll()
         self.view = view
         self.writer = EventFileWriter(str(run_dir / "tb"))
-        self.latest: dict[str, dict[str, dict]] = {r: {} for r in AGGREGATED}
+        self.stream = ScalarStream(view)
         if job_text:
             self._text("job", f"```toml\n{job_text}\n```")
 
@@ -49,33 +44,9 @@ class TBWriter:
         self.write(self.view.poll())
 
     def write(self, events: list[dict]) -> None:
-        changed: set[str] = set()
-        for ev in events:
-            name, role = ev.get("event"), ev.get("role")
-            if name == "evaluated" and isinstance(ev.get("eval/return_mean"), int | float):
-                step = int(ev.get("env_steps", self.view.env_steps))
-                for k in ("eval/return_mean", "eval/return_std"):
-                    self._scalar(k, ev.get(k), step, ev.get("ts"))
-            elif name == "metrics" and role in PER_MEMBER:
-                prefix = f"{ev.get('id')}/" if ROLE_TRAITS[role].charts == "each" else ""
-                for k, v in ev.items():
-                    if "/" in k and not k.startswith("eval/"):
-                        self._scalar(prefix + k, v, self.view.env_steps, ev.get("ts"))
-            elif name == "metrics" and role in AGGREGATED:
-                self.latest[role][ev.get("id")] = ev
-                changed.add(role)
-        for role in changed:
-            self._aggregate(role)
+        for x in self.stream.take(events):
+            self._scalar(x.tag, x.value, x.step, x.ts)
         self.writer.flush()
-
-    def _aggregate(self, role: str) -> None:
-        members = list(self.latest[role].values())
-        keys = {k for m in members for k, v in m.items()
-                if "/" in k and isinstance(v, int | float) and not isinstance(v, bool)}
-        for k in sorted(keys):
-            vals = [float(m[k]) for m in members if isinstance(m.get(k), int | float)]
-            v = sum(vals) if k.endswith(SUMMED) else sum(vals) / len(vals)
-            self._scalar(k, v, self.view.env_steps, None)
 
     def _scalar(self, tag: str, value, step: int, ts) -> None:
         from tensorboard.compat.proto.event_pb2 import Event

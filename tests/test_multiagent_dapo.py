@@ -1,8 +1,10 @@
 """DAPO with a peer per agent: `verl check` takes a multi-agent DAPO job whose
 trained policies share spaces and refuses one whose don't or whose peer count is
 not one per policy; the job's members are a peer and a shard per policy; a short
-whole job trains every peer on its own agent's steps, gossips gradients between
-them, evaluates the joint policy, and keeps each policy's best."""
+whole job trains every peer on its own agent's steps, averages gradients between
+them in rounds (the shipped job's mode), evaluates the joint policy, and keeps
+each policy's best; the same job with the asynchronous gossip pushes and takes
+gradients between the peers."""
 
 from __future__ import annotations
 
@@ -48,24 +50,16 @@ def test_check_refuses_peers_whose_policies_do_not_share_spaces():
 @pytest.mark.timeout(300)
 def test_a_short_job_trains_each_agents_peer_and_gossips_between_them(tmp_path):
     run = tmp_path / "run"
-    r = subprocess.run(
-        [PY, "-m", "launcher", "configs/hosts.local.txt", str(DAPO_SPREAD),
-         "--run-dir", str(run), "--set", "training.total_timesteps=24000",
-         "--set", "sampling.num_workers=1", "--set", "sampling.num_envs_per_worker=8",
-         "--set", "algorithm.params.batch_size=1200",
-         "--set", "algorithm.params.minibatch_size=300",
-         "--set", "evaluation.interval_steps=12000", "--set", "evaluation.n_eval_episodes=5",
-         "--set", "evaluation.confirm_best=false", "--set", "logging.interval_s=0.5",
-         "--no-env-check"],
-        cwd=ROOT, capture_output=True, text=True, timeout=280)
+    r = _short_job(run)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     for i in range(3):
         ends = [e for e in read_events(run / "logs" / f"peer-{i}.jsonl")
                 if e.get("event") == "metrics"]
         last = ends[-1]
-        # its own agent's steps (a third of the group's), and gradients both ways
+        # its own agent's steps (a third of the group's), every update in rounds with
+        # the other two (a round is one minibatch: 4 a peer's update, 10 epochs)
         assert last["peer/env_steps"] >= 24000 // 3 - 400, last
-        assert last["gossip/grad_pushes"] > 0 and last["gossip/grad_received"] > 0, last
+        assert last["gossip/grad_rounds"] >= 40 * last["peer/updates"] * 0.9, last
         assert (run / "checkpoints" / f"peer-{i}" / "latest.pt").exists()
     evs = [e for e in read_events(run / "logs" / "evaluator-0.jsonl")
            if e.get("event") == "evaluated"]
@@ -74,3 +68,29 @@ def test_a_short_job_trains_each_agents_peer_and_gossips_between_them(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert set(summary["best_checkpoints"]) == {"agent0", "agent1", "agent2"}
     assert "best of agent0" in r.stdout + r.stderr  # the closing block
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_the_asynchronous_gossip_pushes_and_takes_gradients_between_agents(tmp_path):
+    run = tmp_path / "run"
+    r = _short_job(run, 'gossip.mixing="async"', "gossip.neighbor_count=2",
+                   "gossip.update_interval=1")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    for i in range(3):
+        last = [e for e in read_events(run / "logs" / f"peer-{i}.jsonl")
+                if e.get("event") == "metrics"][-1]
+        assert last["gossip/grad_pushes"] > 0 and last["gossip/grad_received"] > 0, last
+
+
+def _short_job(run, *sets: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [PY, "-m", "launcher", "configs/hosts.local.txt", str(DAPO_SPREAD),
+         "--run-dir", str(run), "--set", "training.total_timesteps=24000",
+         "--set", "sampling.num_workers=1", "--set", "sampling.num_envs_per_worker=8",
+         "--set", "algorithm.params.batch_size=1200",
+         "--set", "algorithm.params.minibatch_size=300",
+         "--set", "evaluation.interval_steps=12000", "--set", "evaluation.n_eval_episodes=5",
+         "--set", "evaluation.confirm_best=false", "--set", "logging.interval_s=0.5",
+         "--no-env-check", *[x for o in sets for x in ("--set", o)]],
+        cwd=ROOT, capture_output=True, text=True, timeout=280)

@@ -11,11 +11,12 @@ machine (the `multiagent` and `bench` extras).
   the agents on 100 episodes (ours: the job's final evaluation; SB3: the same
   episodes, deterministic), env steps, and whole-process wall time.
 - `peers`: DAPO with a peer per agent (configs/simple_spread_dapo.toml: each of
-  the 3 agents has its own policy, learnt by its own peer, the peers gossiping
-  gradients) against one PPO policy shared by the agents (and, on request,
-  MAPPO), same hyperparameters and evaluations: the group's agent steps and
-  seconds until the joint policy's evaluation first reaches `--target` (for
-  DAPO: every peer's), and the final evaluation.
+  the 3 agents has its own policy, learnt by its own peer, the peers averaging
+  gradients in rounds; `dapo-async`: the asynchronous gossip instead) against
+  one PPO policy shared by the agents (and, on request, MAPPO), same
+  hyperparameters and evaluations: the group's agent steps and seconds until the
+  joint policy's evaluation first reaches `--target` (for DAPO: every peer's),
+  and the final evaluation.
 - `steps`: agent steps per second of acting and stepping alone, one process: our
   sampler's collector against SuperSuit's vector env with SB3's policy acting,
   on the same env copies.
@@ -164,8 +165,12 @@ def peers(a: argparse.Namespace) -> None:
                         f"evaluation.interval_steps={a.eval_every}", *a.set]
                 if arm == "mappo":
                     sets.append("multiagent.centralised_critic=true")
-                rc, wall = launch(SPREAD_DAPO if arm == "dapo" else SPREAD, run, sets)
-                got = reached(run, a.target, wall, arm == "dapo")
+                if arm == "dapo-async":
+                    sets += ['gossip.mixing="async"', "gossip.neighbor_count=2",
+                             "gossip.update_interval=1", "gossip.sync_interval=2"]
+                dapo = arm.startswith("dapo")
+                rc, wall = launch(SPREAD_DAPO if dapo else SPREAD, run, sets)
+                got = reached(run, a.target, wall, dapo)
                 final = _final_eval(run)
                 rows.append({"arm": arm, "seed": seed, "rc": rc, **got,
                              "final": final.get("eval/return_mean")})
@@ -342,8 +347,8 @@ def main() -> None:
     s.add_argument("--steps", type=int, default=1_000_000)
     s.add_argument("--target", type=float, default=-65.0)
     s.add_argument("--eval-every", type=int, default=50_000)
-    s.add_argument("--arms", nargs="+", choices=("ppo", "dapo", "mappo"),
-                   default=["ppo", "dapo"])
+    s.add_argument("--arms", nargs="+", choices=("ppo", "dapo", "dapo-async", "mappo"),
+                   default=["ppo", "dapo", "dapo-async"])
     s.add_argument("--set", action="append", default=[],
                    help="a job override for every arm (section.key=value)")
     s = sub.add_parser("steps")

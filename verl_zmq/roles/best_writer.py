@@ -1,7 +1,8 @@
 """best.pt written behind the evaluator's evaluations: a write may take seconds
 (the first imports torch where the evaluator was not forked with it), and the
-evaluations due meanwhile must not wait for it. The newest best waiting is
-written next; the others are passed over."""
+evaluations due meanwhile must not wait for it. The newest best waiting for
+each path is written next (a multi-agent job keeps one per trained policy); the
+others are passed over."""
 
 from __future__ import annotations
 
@@ -24,19 +25,19 @@ class BestWriter:
 
     def __init__(self, log: Any):
         self.log = log
-        self.next: tuple[Any, ...] | None = None  # best.pt's contents, not yet written
+        self.next: dict[Any, tuple[Any, ...]] = {}  # path -> its contents, not yet written
         self.task: asyncio.Task[None] | None = None
 
     def keep(self, what: tuple[Any, ...]) -> None:
         """Write `what` (path, job text, algorithm, policy, rms, meta) once the write
         under way, if any, is done."""
-        self.next = what
+        self.next[what[0]] = what
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self._write())
 
     async def _write(self) -> None:
-        while self.next is not None:
-            (path, *what), self.next = self.next, None
+        while self.next:
+            _, (path, *what) = self.next.popitem()
             try:
                 await asyncio.to_thread(write_best, path, *what)
             except OSError as e:

@@ -359,12 +359,17 @@ class EvaluatorRole(Role):
             # what best.pt holds: the one best figure the launcher reports
             self.log.info("best_kept", env_steps=msg.env_steps, version=msg.version,
                           member=msg.src, return_mean=mean, episodes=episodes)
-            # views of the received frames: policy_state copies them, in the thread
-            policy = {k: v for k, v in msg.arrays.items() if not k.startswith("obs_rms/")}
             rms = self.rms.to_arrays() if self.rms is not None else None
-            meta = dict(env_steps=msg.env_steps, version=msg.version, eval_return_mean=mean)
-            self._keep_best((self._best_path(msg), dumps_job(self.job), self.job.algorithm.name,
-                             policy, rms, meta))
+            for m in self._best_params(msg):
+                # views of the received frames: policy_state copies them, in the thread
+                policy = {k: v for k, v in m.arrays.items() if not k.startswith("obs_rms/")}
+                meta = dict(env_steps=m.env_steps, version=m.version, eval_return_mean=mean)
+                self._keep_best((self._best_path(m), dumps_job(self.job),
+                                 self.job.algorithm.name, policy, rms, meta))
+
+    def _best_params(self, msg: wire.Params) -> list[wire.Params]:
+        """The params a new best keeps (each to its `_best_path`): the evaluated ones."""
+        return [msg]
 
     def _keep_best(self, what: tuple[Any, ...]) -> None:
         """Write best.pt behind the evaluations (roles/best_writer.py)."""

@@ -93,8 +93,11 @@ class MultiAgentEvaluator(EvaluatorRole):
 
     def _live(self, msg: wire.Params) -> list[wire.Params]:
         # one joint evaluation plays every policy on its newest params, whoever's
-        # (a DAPO peer per policy: each is credited when its own params arrive)
-        return [msg]
+        # (a DAPO peer per policy: each is credited when its own params arrive);
+        # none before every trained policy's trainer has sent params (a policy on
+        # no params of its trainer would be scored, and its best.pt never written)
+        have = {self._policy_of(src) for src in self.held}
+        return [msg] if set(self.job.multiagent.trained) <= have else []
 
     def _load(self, msg: wire.Params) -> bool:
         p = self._policy_of(msg.src)
@@ -148,6 +151,16 @@ class MultiAgentEvaluator(EvaluatorRole):
 
     def _extra(self) -> dict[str, float]:
         return dict(self.extra)
+
+    def _best_params(self, msg: wire.Params) -> list[wire.Params]:
+        """A joint evaluation's best is every trained policy's: the evaluated params
+        and, for each other policy, the newest held of its trainer."""
+        out = {self._policy_of(msg.src): msg}
+        for src, (_, held) in self.held.items():
+            p = self._policy_of(src)
+            if p in self.job.multiagent.trained and p not in out:
+                out[p] = held
+        return list(out.values())
 
     def _best_path(self, msg: wire.Params) -> Path:
         base = Path(self.ctx.run_dir) / "checkpoints"

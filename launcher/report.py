@@ -226,6 +226,14 @@ def _short_path(p: Path | str) -> str:
     return str(p)
 
 
+def best_checkpoints(run_dir: Path, trained: list[str]) -> dict[str, str]:
+    """The best.pt files a run holds: {"": checkpoints/best.pt}, or with several
+    trained policies each one's own, {policy: checkpoints/<policy>/best.pt}."""
+    bests = {p: run_dir / "checkpoints" / p / "best.pt" for p in trained} \
+        if len(trained) > 1 else {"": run_dir / "checkpoints" / "best.pt"}
+    return {p: str(b) for p, b in bests.items() if b.exists()}
+
+
 def closing_block(summary: dict[str, Any], run_dir: Path, where: str) -> str:
     """What a finished launch prints last: how it ended, the evaluations, the best
     checkpoint, the warnings, and the next commands."""

@@ -16,7 +16,6 @@ from typing import Any
 
 from verl_zmq.config import Job
 from verl_zmq.config.roles import role_traits
-from verl_zmq.ops import tb
 from verl_zmq.ops.runview import RunView
 from verl_zmq.ops.tracking import Tracking
 
@@ -29,7 +28,7 @@ from .lost import NODE_FAILURE, SSH_LOST, LostHosts
 from .plan import Placement, Plan
 from .relay import relay_events
 from .remote import RoleProcess, full_argv, last_lines, make_bundle
-from .report import CHECKPOINT_EVENTS, Progress, Terminal, trainer_ids
+from .report import CHECKPOINT_EVENTS, Progress, Terminal, best_checkpoints, trainer_ids
 
 # 0 done; 1 a role failed for good; 2 bad input; 3 done, but checkpoints it was
 # asked for were skipped or failed (a full disk); 130 interrupted
@@ -86,10 +85,8 @@ class Supervisor:
         self.outcome = EXIT_DONE
         self.wake = asyncio.Event()
         self.t0 = time.time()
-        # tb/, and MLflow and W&B where logging.backends names them, from the logs
-        self.charts = tb.Charts(run_dir, job_text, self.view, log) \
-            if "tensorboard" in job.logging.backends else None
-        self.tracking = Tracking(job, run_dir, self.view, log)
+        # tb/, MLflow and W&B, as logging.backends names them, from the logs
+        self.tracking = Tracking(job, run_dir, job_text, self.view, log)
         self.hooks = Hooks(callbacks, self.view, self.stop_early)  # the Python API's
 
     def _env(self, p: Placement) -> dict[str, str]:
@@ -224,16 +221,11 @@ class Supervisor:
             await asyncio.sleep(0.5)
             new = self.view.poll()
             self.term.role_events(new)
-            self._chart(new)
+            self.tracking.write(new)
             self.hooks.take(new)
             if time.monotonic() >= next_print:
                 next_print = time.monotonic() + every
                 self.term.progress(self.progress.line())
-
-    def _chart(self, new: list[dict[str, Any]], final: bool = False) -> None:
-        if self.charts is not None:
-            self.charts.write(new, final=final)
-        self.tracking.write(new)
 
     def stop_early(self, reason: str) -> None:
         """End the job cleanly before its end (a callback asked): status "done"."""
@@ -294,7 +286,7 @@ class Supervisor:
             w.cancel()
         new = self.view.poll()
         self.term.role_events(new)
-        self._chart(new, final=True)
+        self.tracking.write(new, final=True)
         self.hooks.take(new)
         self.term.progress(self.progress.line())  # where it ended, however soon that was
         self.term.end()
@@ -372,18 +364,13 @@ class Supervisor:
                     await spare.wait()
 
     def summary(self) -> dict[str, Any]:
-        v = self.view
-        rets = v.eval_returns
+        v, rets = self.view, self.view.eval_returns
         warnings = self.term.digest.as_list()
         missing = any(w["event"] in CHECKPOINT_EVENTS for w in warnings)
         outcome = EXIT_CHECKPOINTS if missing and self.outcome == EXIT_DONE else self.outcome
         status = {EXIT_DONE: "done", EXIT_FAILED: "failed", EXIT_INTERRUPTED: "interrupted",
                   EXIT_CHECKPOINTS: "done"}
-        # best.pt, or with several trained policies each one's own (checkpoints/<policy>/)
-        trained = self.job.multiagent.trained
-        bests = {p: self.run_dir / "checkpoints" / p / "best.pt" for p in trained} \
-            if len(trained) > 1 else {"": self.run_dir / "checkpoints" / "best.pt"}
-        found = {p: str(b) for p, b in bests.items() if b.exists()}
+        found = best_checkpoints(self.run_dir, self.job.multiagent.trained)
         return {
             "experiment": self.job.experiment.name,
             "env_id": self.job.environment.id,
@@ -407,7 +394,7 @@ class Supervisor:
             "failed_roles": {m: self.errors.get(m) or last_lines(self.logs / f"{m}.err", 5)
                              for m in self.failed},
             "best_checkpoint": next(iter(found.values()), None),
-            "best_checkpoints": found if len(trained) > 1 else {},
+            "best_checkpoints": {p: b for p, b in found.items() if p},
             "checkpoints_missing": missing,
             "warnings": warnings,
         }

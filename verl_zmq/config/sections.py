@@ -32,8 +32,7 @@ class Experiment:
     # "auto" (verl's trainer.resume_mode): a launch continues the newest run of this
     # job under runs_dir that has a checkpoint, else starts a new one; "disable": new
     resume_mode: Literal["disable", "auto"] = "disable"
-    # the tracked run's project (MLflow's experiment, W&B's project); "": the name
-    project: str = ""
+    project: str = ""  # MLflow's experiment, W&B's project; "": the name
     tags: list[str] = field(default_factory=list)  # on the tracked run (MLflow, W&B)
 
 
@@ -215,12 +214,10 @@ class Logging:
     # numbers from the env's `info` charted per episode (the value where an episode ends,
     # averaged over episodes): samplers' `sampler/info/<key>`, the evaluator's `eval/<key>`
     info_keys: list[str] = field(default_factory=lambda: ["is_success"])
-    # where the launcher sends every metric (against env steps), the job's keys, and
-    # at the end the job file, summary.json, the curve and best.pt: "tensorboard"
-    # (tb/), "mlflow", "wandb" (the `tracking` extra)
+    # where the launcher sends metrics, keys and the run's files: "tensorboard" (tb/),
+    # "mlflow", "wandb" (the `tracking` extra; docs/guides/tracking.md)
     backends: list[str] = field(default_factory=lambda: ["tensorboard"])
-    # MLflow's tracking URI; "": $MLFLOW_TRACKING_URI, else sqlite in the run folder
-    mlflow_uri: str = ""
+    mlflow_uri: str = ""  # "": $MLFLOW_TRACKING_URI, else sqlite in the run folder
     # "offline": written to the run folder's wandb/, uploaded later with `wandb sync`
     wandb_mode: Literal["offline", "online"] = "offline"
 

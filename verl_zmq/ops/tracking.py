@@ -229,10 +229,15 @@ class TrackerThread:
 
 
 class Tracking:
-    """The launcher's MLflow and W&B backends (TensorBoard is `tb.Charts`)."""
+    """The launcher's tracking backends, fed the run's new log events: TensorBoard
+    (`tb.Charts`, in the launcher's loop), MLflow and W&B (a thread each)."""
 
-    def __init__(self, job: Job, run_dir: Path, view: RunView, log: Any):
+    def __init__(self, job: Job, run_dir: Path, job_text: str, view: RunView, log: Any):
+        from .tb import Charts
+
         self.job, self.run_dir, self.log = job, run_dir, log
+        self.charts = Charts(run_dir, job_text, view, log) \
+            if "tensorboard" in job.logging.backends else None
         self.stream = ScalarStream(view)
         self.failures: queue.SimpleQueue[tuple[str, str, str]] = queue.SimpleQueue()
         self.lock = threading.Lock()
@@ -265,8 +270,11 @@ class Tracking:
                 tmp.replace(self.run_dir / IDS_FILE)
         self.log.info("tracking_started", backend=backend, run_id=run_id)
 
-    def write(self, events: list[dict[str, Any]]) -> None:
-        """New log events, from the launcher's loop: sent on, never waited for."""
+    def write(self, events: list[dict[str, Any]], final: bool = False) -> None:
+        """New log events, from the launcher's loop: charted, and sent on to the
+        other backends, never waited for (`final`: the job's last)."""
+        if self.charts is not None:
+            self.charts.write(events, final=final)
         self._say_failures()
         if not self.threads:
             return

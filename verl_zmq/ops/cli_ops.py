@@ -123,12 +123,35 @@ def export_cmd(checkpoint, fmt, output, policy):
 @click.option("--report-s", default=10.0, show_default=True,
               help="Seconds between latency reports in the log.")
 @click.option("--obs-shape", default=None, help="Refuse other shapes, e.g. 4 or 84,84,3.")
-def serve_cmd(model, bind, report_s, obs_shape):
-    """Answer msgpack observation requests with MODEL's actions over ZMQ REP."""
+@click.option("--http", "http_port", type=click.IntRange(0, 65535), default=None,
+              help="Serve HTTP on this port instead (POST /predict, GET /health, /metrics).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="The HTTP address.")
+@click.option("--shadow", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="HTTP: a second model run on every batch; where it would act otherwise "
+                   "is logged (shadow_differs), never answered.")
+@click.option("--max-batch", default=64, show_default=True, type=click.IntRange(1, 65536),
+              help="HTTP: rows answered by one call of the model.")
+@click.option("--batch-wait-ms", default=2.0, show_default=True, type=click.FloatRange(0, 1000),
+              help="HTTP: how long a batch waits for more requests once one is in.")
+def serve_cmd(model, bind, report_s, obs_shape, http_port, host, shadow, max_batch,
+              batch_wait_ms):
+    """Answer observation requests with MODEL's actions: msgpack over ZMQ REP, or
+    with --http, JSON or msgpack over HTTP with dynamic batching."""
     from ..log import setup_logging
     from .serve import PolicyServer
 
     log = setup_logging("serve", "serve")
+    if http_port is not None:
+        try:
+            from .serve_http import serve_http
+        except ImportError as e:
+            _fail(f"--http needs the serve extra (pip install 'verl-zmq[serve]'): {e}")
+        try:
+            serve_http(model, host, http_port, log, shadow=shadow, max_batch=max_batch,
+                       batch_wait_ms=batch_wait_ms)
+        except (ValueError, OSError, RuntimeError) as e:
+            _fail(f"cannot serve {model} on http://{host}:{http_port}: {e}")
+        return
     shape = tuple(int(x) for x in obs_shape.split(",")) if obs_shape else None
     try:
         server = PolicyServer(model, bind, log, shape, report_s)

@@ -203,8 +203,11 @@ def export(path: str | Path, fmt: str, out: str | Path, policy: str = "") -> Pat
     out.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
         if fmt == "torchscript":
+            # each input's shape past the batch and dtype: what a server checks requests by
             meta = {"inputs": module.input_names,
-                    "state_size": int(getattr(lp.algo, "state_size", 0))}
+                    "state_size": int(getattr(lp.algo, "state_size", 0)),
+                    "shapes": [list(x.shape[1:]) for x in example],
+                    "dtypes": [str(x.dtype).removeprefix("torch.") for x in example]}
             torch.jit.save(torch.jit.trace(module, example), str(out),
                            _extra_files={"verl.json": json.dumps(meta)})
         elif fmt == "onnx":

@@ -28,19 +28,20 @@ class ServeError(ValueError):
 
 
 def pack_array(a: np.ndarray) -> dict:
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a, order="C")  # (ascontiguousarray would make a scalar 1-d)
     return {"dtype": a.dtype.name, "shape": list(a.shape), "data": a.tobytes()}
 
 
-def unpack_array(d: object) -> np.ndarray:
+def unpack_array(d: object, min_dims: int = 1) -> np.ndarray:
+    """An array from its map; `min_dims` 0 takes a scalar (one HTTP observation)."""
     if not isinstance(d, dict) or not {"dtype", "shape", "data"} <= d.keys():
         raise ServeError("an array is a map with dtype, shape and data")
     dtype, shape, data = d["dtype"], d["shape"], d["data"]
     if dtype not in DTYPES:
         raise ServeError(f"dtype {dtype!r} not one of {sorted(DTYPES)}")
-    if (not isinstance(shape, list) or not 1 <= len(shape) <= 8
+    if (not isinstance(shape, list) or not min_dims <= len(shape) <= 8
             or not all(isinstance(n, int) and 0 <= n < 1 << 31 for n in shape)):
-        raise ServeError("shape must be a list of 1 to 8 non-negative ints")
+        raise ServeError(f"shape must be a list of {min_dims} to 8 non-negative ints")
     if not isinstance(data, bytes) or len(data) != int(np.prod(shape)) * np.dtype(dtype).itemsize:
         raise ServeError(f"data is not {shape} x {dtype}")
     return np.frombuffer(data, dtype).reshape(shape)
@@ -48,8 +49,11 @@ def unpack_array(d: object) -> np.ndarray:
 
 class Runner:
     """An exported policy (.onnx or TorchScript): its input names (the observation's
-    columns, then `state` for a recurrent policy) and a call from those inputs to
+    columns, then `state` for a recurrent policy), each input's dtype and shape past
+    the batch where the model says (-1: any size), and a call from those inputs to
     its outputs (actions, then the next state)."""
+
+    shapes: list[tuple[int, ...] | None]
 
     def __init__(self, path: str | Path):
         path = str(path)
@@ -59,6 +63,8 @@ class Runner:
             sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
             self.inputs = [i.name for i in sess.get_inputs()]
             self.dtypes = [_ONNX_DTYPES.get(i.type, np.float32) for i in sess.get_inputs()]
+            self.shapes = [tuple(d if isinstance(d, int) else -1 for d in i.shape[1:])
+                           for i in sess.get_inputs()]
             last = sess.get_inputs()[-1].shape
             self.state_size = int(last[1]) if self.recurrent else 0
             self._run = lambda xs: sess.run(None, dict(zip(self.inputs, xs)))
@@ -72,7 +78,11 @@ class Runner:
         meta = json.loads(extra["verl.json"] or "{}")  # inputs and state size, from export
         self.inputs = list(meta.get("inputs", ["obs"]))
         self.state_size = int(meta.get("state_size", 0))
-        self.dtypes = [None] * len(self.inputs)
+        self.dtypes = [np.dtype(d).type for d in meta["dtypes"]] if "dtypes" in meta \
+            else [None] * len(self.inputs)
+        # shapes past the batch (None: unknown, a model exported before they were kept)
+        self.shapes = [tuple(x) for x in meta["shapes"]] if "shapes" in meta \
+            else [None] * len(self.inputs)
 
         def run(xs: list[np.ndarray]) -> list[np.ndarray]:
             with torch.no_grad():

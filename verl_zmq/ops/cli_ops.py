@@ -131,8 +131,9 @@ def export_cmd(checkpoint, fmt, output, policy):
                    "is logged (shadow_differs), never answered.")
 @click.option("--max-batch", default=64, show_default=True, type=click.IntRange(1, 65536),
               help="HTTP: rows answered by one call of the model.")
-@click.option("--batch-wait-ms", default=2.0, show_default=True, type=click.FloatRange(0, 1000),
-              help="HTTP: how long a batch waits for more requests once one is in.")
+@click.option("--batch-wait-ms", default=0.0, show_default=True, type=click.FloatRange(0, 1000),
+              help="HTTP: how long a batch may wait for more requests once one is in (0: it "
+                   "takes what has arrived meanwhile, no waiting).")
 def serve_cmd(model, bind, report_s, obs_shape, http_port, host, shadow, max_batch,
               batch_wait_ms):
     """Answer observation requests with MODEL's actions: msgpack over ZMQ REP, or

@@ -12,9 +12,10 @@ uvicorn, the `serve` extra), with dynamic batching.
                     latency, and the shadow's disagreements
 
 Requests that arrive together are answered by one call of the model: the
-batcher takes what is queued (up to `max_batch` rows, waiting at most
-`batch_wait_ms` for more once one request is in) and runs the model in a
-worker thread, so the server keeps reading requests meanwhile. With a shadow
+batcher takes what is queued (up to `max_batch` rows; with `batch_wait_ms`,
+waiting that long for more once one request is in) and runs the model in a
+worker thread, so the server keeps reading requests meanwhile, and those that
+came during one call make the next one's batch. With a shadow
 model, every batch is also run by the shadow; its actions are never sent, and
 where they differ from the main model's the `shadow_differs` event says so
 (counted, with one example, at most once a second). Bad input gets a 4xx with
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +44,7 @@ JSON, MSGPACK = "application/json", "application/msgpack"
 # read as JSON: no type, and what `curl -d` sends unless told otherwise
 JSON_TYPES = ("", JSON, "text/plain", "application/x-www-form-urlencoded")
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DRAIN_BYTES = 64 << 20  # of a refused body read and dropped; past it the connection is cut
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0)
 
 
@@ -134,10 +137,17 @@ class Batcher:
             items = [first]
             rows = len(first[0][0])
             deadline = time.monotonic() + self.wait_s
+            yielded = False
             while rows < self.max_batch:
                 try:
                     if not self.queue.empty():
                         nxt = self.queue.get_nowait()
+                    elif not yielded:
+                        # once, let the loop parse what has already arrived: requests
+                        # that came together are answered together, at no wait
+                        yielded = True
+                        await asyncio.sleep(0)
+                        continue
                     else:
                         left = deadline - time.monotonic()
                         if left <= 0:
@@ -305,8 +315,18 @@ class HttpPolicy:
         return json.dumps(out).encode()
 
 
+async def _drain(chunks: AsyncIterator[bytes], limit: int) -> None:
+    """Read (and drop) the rest of a refused body, up to `limit` bytes, so the client
+    reads the 413 instead of a reset connection."""
+    seen = 0
+    async for chunk in chunks:
+        seen += len(chunk)
+        if seen > limit:
+            return
+
+
 def make_app(model: str | Path, log: Any, shadow: str | Path | None = None,
-             max_batch: int = 64, batch_wait_ms: float = 2.0,
+             max_batch: int = 64, batch_wait_ms: float = 0.0,
              max_body_bytes: int = 8 << 20) -> Any:
     """The FastAPI app serving `model` (and comparing `shadow` with it)."""
     runner = Runner(model)
@@ -338,13 +358,11 @@ def make_app(model: str | Path, log: Any, shadow: str | Path | None = None,
         t0 = time.perf_counter()
         stats.requests += 1
         try:
-            size = request.headers.get("content-length")
-            if size is not None and (not size.isdigit() or int(size) > max_body_bytes):
-                raise HttpError(413, f"a body of {size} bytes: at most {max_body_bytes}")
-            body = bytearray()
-            async for chunk in request.stream():
+            body, chunks = bytearray(), request.stream()
+            async for chunk in chunks:
                 body += chunk
                 if len(body) > max_body_bytes:
+                    await _drain(chunks, DRAIN_BYTES)
                     raise HttpError(413, f"a body over {max_body_bytes} bytes")
             req, kind = policy.parse(bytes(body), request.headers.get("content-type", ""))
             xs, single = policy.inputs(req)

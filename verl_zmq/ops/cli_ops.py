@@ -223,4 +223,45 @@ def runs_cmd(paths, compare):
     click.echo(table(runs, root) if runs else f"no runs under {root}")
 
 
-COMMANDS = [eval_cmd, record_cmd, export_cmd, serve_cmd, top_cmd, plot_cmd, runs_cmd]
+@click.command("sweep")
+@click.argument("job", type=click.Path(exists=True, dir_okay=False))
+@click.argument("space", type=click.Path(exists=True, dir_okay=False))
+@click.option("--trials", default=12, show_default=True, type=click.IntRange(1),
+              help="Finished trials the study holds at the end (a resumed sweep counts "
+                   "its earlier ones).")
+@click.option("--parallel", default=1, show_default=True, type=click.IntRange(1),
+              help="Trials at once.")
+@click.option("--hosts", default="configs/hosts.local.txt", show_default=True,
+              help="The hosts file every trial's job runs on.")
+@click.option("--out", default=None, help="The study's folder (default: "
+              "runs/sweeps/<job name>); the same folder resumes it.")
+@click.option("--pruner", type=click.Choice(["median", "halving", "none"]), default="median",
+              show_default=True, help="Stops trials whose evaluations fall behind.")
+@click.option("--trial-timeout-s", default=3600.0, show_default=True,
+              help="A trial still running after this is stopped and recorded as failed.")
+@click.option("--seed", default=0, show_default=True, help="The sampler's seed.")
+@click.option("--set", "overrides", multiple=True, help="section.key=value for every trial.")
+def sweep_cmd(job, space, trials, parallel, hosts, out, pruner, trial_timeout_s, seed,
+              overrides):
+    """Search SPACE's hyperparameters for JOB with Optuna: each trial a real job."""
+    from ..config import ConfigError, load_job
+    from .sweep import SweepRun, report, run_sweep
+    from .sweep_space import load_space
+
+    try:
+        import optuna  # noqa: F401
+    except ImportError as e:
+        _fail(f"verl sweep needs the tune extra (pip install 'verl-zmq[tune]'): {e}")
+    try:
+        sp = load_space(space, job, list(overrides))
+        name = load_job(job, list(overrides)).experiment.name
+    except ConfigError as e:
+        _fail(str(e))
+    folder = Path(out) if out else Path("runs") / "sweeps" / name
+    run = SweepRun(Path(job), hosts, folder, sp, parallel, pruner, trial_timeout_s, seed)
+    study = run_sweep(run, trials, say=click.echo)
+    report(study, run, say=click.echo)
+
+
+COMMANDS = [eval_cmd, record_cmd, export_cmd, serve_cmd, top_cmd, plot_cmd, runs_cmd,
+            sweep_cmd]

@@ -1,0 +1,105 @@
+"""`verl sweep`: a space file's mistakes named before anything runs; a small sweep
+of real CartPole jobs, two at a time, that writes its study, table, best job and
+plot, and resumes where it stopped (a trial left running by a stop recorded as
+failed); trials whose jobs fail are recorded as failed and the sweep goes on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import CONFIGS, ROOT
+from verl_zmq.config import ConfigError
+from verl_zmq.ops.sweep_space import load_space
+
+JOB = CONFIGS / "cartpole_ppo.toml"
+SHORT = ["training.total_timesteps=4000", "evaluation.interval_steps=2000",
+         "evaluation.n_eval_episodes=2", "evaluation.confirm_best=false",
+         "checkpoint.interval_steps=100000"]
+
+
+def _space(tmp_path, text: str):
+    p = tmp_path / "space.toml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("text, said", [
+    ("[space]\nalgorithm.params.learnin_rate = {low = 1e-4, high = 1e-2}\n",
+     "space.algorithm.params.learnin_rate"),
+    ("[space]\nalgorithm.params.learning_rate = {low = 1e-2, high = 1e-4}\n",
+     "must be below high"),
+    ("[space]\nalgorithm.params.learning_rate = {low = 0.0, high = 1e-2, log = true}\n",
+     "a log range needs low > 0"),
+    ("[space]\nalgorithm.params.batch_size = {choices = [256, -3]}\n",
+     "space.algorithm.params.batch_size = -3"),
+    ("[space]\nalgorithm.params.ent_coef = {low = 0.0, high = 0.1}\n"
+     "[objective]\nmetric = \"steps_to_target\"\n", "objective.target"),
+    ("[space]\n", "[space] names no parameter"),
+    ("[space]\nalgorithm.params.ent_coef = 0.1\n", "expected a table"),
+])
+def test_a_space_files_mistakes_are_named_with_the_file_and_key(tmp_path, text, said):
+    path = _space(tmp_path, text)
+    with pytest.raises(ConfigError, match=str(path)) as e:
+        load_space(path, JOB)
+    assert said in str(e.value), str(e.value)
+
+
+def _sweep(space, out, trials, *extra):
+    argv = [sys.executable, "-m", "verl_zmq.cli", "sweep", str(JOB), str(space), "--out",
+            str(out), "--trials", str(trials), "--parallel", "2", "--pruner", "none",
+            *[x for s in SHORT for x in ("--set", s)], *extra]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=280)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_a_sweep_of_real_jobs_reports_and_resumes(tmp_path):
+    import optuna
+
+    space = _space(tmp_path, "[space]\n"
+                   "algorithm.params.learning_rate = {low = 5e-4, high = 5e-3, log = true}\n"
+                   "algorithm.params.batch_size = {choices = [256, 512]}\n"
+                   "[objective]\nmetric = \"best_return\"\n")
+    out = tmp_path / "sweep"
+    r = _sweep(space, out, 2)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "running 2 more, 2 at a time" in r.stdout
+    # a stop that left a trial running: the resumed sweep records it as failed
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{out / 'study.db'}")
+    study.ask()
+    r = _sweep(space, out, 4)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "sweep: 3 trials in" in r.stdout and "running 1 more" in r.stdout
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{out / 'study.db'}")
+    states = [t.state.name for t in study.trials]
+    assert states.count("COMPLETE") == 3 and states.count("FAIL") == 1, states
+    for t in study.trials:
+        if t.state.name == "COMPLETE":
+            assert 0 < t.value <= 500 and (out / "trials" / f"trial-{t.number:03d}").is_dir()
+    assert (out / "best.toml").read_text().startswith(f"# verl sweep: trial "
+                                                     f"{study.best_trial.number}")
+    assert (out / "sweep.png").stat().st_size > 10_000
+    assert len((out / "trials.csv").read_text().splitlines()) == 5
+    assert "| trial | state | objective | learning_rate | batch_size |" in r.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_trials_whose_jobs_fail_are_recorded_and_the_sweep_goes_on(tmp_path):
+    import optuna
+
+    space = _space(tmp_path, "[space]\n"
+                   "environment.id = {choices = [\"tests.nowhere:NoEnv\"]}\n"
+                   "[objective]\nmetric = \"best_return\"\n")
+    out = tmp_path / "sweep"
+    r = _sweep(space, out, 2)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{out / 'study.db'}")
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]
+    assert "no trial completed" in r.stdout
+    # each failed trial keeps its job's own error: the env that cannot be made
+    assert all("tests.nowhere" in t.user_attrs["error"] for t in study.trials), \
+        [t.user_attrs for t in study.trials]

@@ -1,0 +1,296 @@
+"""`verl sweep JOB SPACE`: hyperparameter search on Optuna, each trial a real job.
+
+Each trial is the job with the trial's values set (`--set`), launched with
+`verl-launch` on the sweep's hosts file into its own run folder
+(`OUT/trials/trial-NNN`), `--parallel` trials at once, each on a port range of
+its own. While a trial runs, its evaluations are reported to Optuna, whose
+pruner (median, or successive halving) may stop it early (SIGINT: the job ends
+as a stopped job does). The objective is read from the trial's evaluations:
+
+- `steps_to_target` (minimised): env steps at the first evaluation at or above
+  the target; a trial that never got there scores its env steps times
+  (2 - best / target), so it ranks behind every trial that did, closer ones
+  first. Trials run with `evaluation.stop_at_return` = the target.
+- `best_return`, `final_return` (maximised).
+
+The study lives in `OUT/study.db` (SQLite): run the same command again, with a
+larger `--trials`, to go on where it stopped (a trial cut by the stop is
+recorded as failed). A trial whose job fails is recorded as failed with its
+error, and the sweep goes on. At the end: `OUT/best.toml` (the job with the best
+trial's values), `OUT/trials.csv`, a table on the terminal, and `OUT/sweep.png`
+(the objective by trial, the best so far, and each parameter's importance).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import dumps_job, load_job
+from .sweep_space import Space
+
+POLL_S = 1.0
+
+
+class TrialFailed(RuntimeError):
+    """A trial's job ended with an error (recorded as a failed trial)."""
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """What a sweep runs: the job, its hosts, where it writes, and its limits."""
+
+    job: Path
+    hosts: str
+    out: Path
+    space: Space
+    parallel: int = 1
+    pruner: str = "median"
+    trial_timeout_s: float = 3600.0
+    seed: int = 0
+
+
+def free_port_range(width: int = 60) -> tuple[int, int]:
+    """A block of free ports below Linux's ephemeral range for one trial's job."""
+    for _ in range(200):
+        lo = random.randrange(20000, 32000 - width)
+        try:
+            for p in range(lo, lo + 8):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return lo, lo + width
+    raise RuntimeError("no free block of ports for a trial")
+
+
+def evaluations(run: Path) -> list[dict[str, Any]]:
+    """A trial's evaluations so far, in order (complete lines only)."""
+    path = run / "logs" / "evaluator-0.jsonl"
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if e.get("event") == "evaluated" and isinstance(e.get("eval/return_mean"), int | float):
+            out.append(e)
+    return out
+
+
+def score(evs: list[dict[str, Any]], space: Space) -> tuple[float, dict[str, Any]]:
+    """The objective of a finished trial's evaluations, and what it came from."""
+    if not evs:
+        raise TrialFailed("the job ended with no evaluation")
+    rets = [float(e["eval/return_mean"]) for e in evs]
+    best, steps = max(rets), int(evs[-1]["env_steps"])
+    info = {"best_return": best, "final_return": rets[-1], "env_steps": steps}
+    if space.metric == "best_return":
+        return best, info
+    if space.metric == "final_return":
+        return rets[-1], info
+    assert space.target is not None
+    hit = next((int(e["env_steps"]) for e, r in zip(evs, rets) if r >= space.target), None)
+    info["reached"] = hit is not None
+    if hit is not None:
+        return float(hit), info
+    frac = max(0.0, min(best / space.target, 1.0)) if space.target > 0 else 0.0
+    return float(max(steps, 1)) * (2.0 - frac), info
+
+
+def _launch_argv(s: SweepRun, run: Path, sets: list[str]) -> list[str]:
+    lo, hi = free_port_range()
+    argv = [sys.executable, "-m", "launcher", s.hosts, str(s.job), "--run-dir", str(run),
+            "--set", f"launch.port_range=[{lo}, {hi}]"]
+    if s.space.metric == "steps_to_target":
+        sets = [*sets, f"evaluation.stop_at_return={s.space.target}"]
+    for x in [*s.space.extra, *sets]:
+        argv += ["--set", x]
+    return argv
+
+
+def objective(s: SweepRun, trial: Any) -> float:
+    """Run one trial's job to its end (or its pruning); its objective."""
+    import optuna
+
+    values = {p.key: p.suggest(trial) for p in s.space.params}
+    sets = [f"{k}={json.dumps(v)}" for k, v in values.items()]
+    run = s.out / "trials" / f"trial-{trial.number:03d}"
+    run.parent.mkdir(parents=True, exist_ok=True)
+    trial.set_user_attr("run_dir", str(run))
+    t0 = time.monotonic()
+    with open(run.parent / f"trial-{trial.number:03d}.log", "w") as log:
+        proc = subprocess.Popen(_launch_argv(s, run, sets), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    seen, pruned = 0, False
+    while proc.poll() is None:
+        if time.monotonic() - t0 > s.trial_timeout_s:
+            _stop(proc)
+            raise TrialFailed(f"the job ran past --trial-timeout-s {s.trial_timeout_s:g}")
+        evs = evaluations(run)
+        for i in range(seen, len(evs)):
+            best = max(float(x["eval/return_mean"]) for x in evs[:i + 1])
+            trial.report(-best if s.space.minimize else best, i)
+            if trial.should_prune():
+                pruned = True
+                break
+        seen = len(evs)
+        if pruned:
+            _stop(proc)
+            break
+        time.sleep(POLL_S)
+    trial.set_user_attr("wall_s", round(time.monotonic() - t0, 1))
+    evs = evaluations(run)
+    if pruned:
+        trial.set_user_attr("env_steps", int(evs[-1]["env_steps"]) if evs else 0)
+        raise optuna.TrialPruned(f"at evaluation {seen}")
+    if proc.returncode != 0:
+        tail = (run.parent / f"trial-{trial.number:03d}.log").read_text()[-600:]
+        trial.set_user_attr("error", tail[-300:])
+        raise TrialFailed(f"trial {trial.number}: the job exited {proc.returncode}: "
+                          f"{tail.strip().splitlines()[-1] if tail.strip() else ''}")
+    value, info = score(evs, s.space)
+    for k, v in info.items():
+        trial.set_user_attr(k, v)
+    return value
+
+
+def _stop(proc: subprocess.Popen[Any], grace_s: float = 60.0) -> None:
+    """Stop a trial's job as Ctrl-C would, then wait (bounded) for it."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    except ProcessLookupError:
+        pass
+
+
+def study_of(s: SweepRun) -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    pruner: Any = {"median": optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1),
+                   "halving": optuna.pruners.SuccessiveHalvingPruner(),
+                   "none": optuna.pruners.NopPruner()}[s.pruner]
+    s.out.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(
+        study_name="sweep", storage=f"sqlite:///{s.out.resolve() / 'study.db'}",
+        load_if_exists=True, direction="minimize" if s.space.minimize else "maximize",
+        sampler=optuna.samplers.TPESampler(seed=s.seed), pruner=pruner)
+    # a trial left running by a stopped sweep never finishes: record it as failed
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+    return study
+
+
+def run_sweep(s: SweepRun, trials: int, say: Any = print) -> Any:
+    """Run trials until the study holds `trials` finished ones; the study."""
+    import optuna
+
+    study = study_of(s)
+    done = len(study.get_trials(deepcopy=False, states=(
+        optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
+        optuna.trial.TrialState.FAIL)))
+    left = max(0, trials - done)
+    say(f"sweep: {done} trials in {s.out / 'study.db'}; running {left} more, "
+        f"{s.parallel} at a time")
+    if left:
+        study.optimize(lambda t: objective(s, t), n_trials=left, n_jobs=s.parallel,
+                       catch=(TrialFailed,),
+                       callbacks=[lambda st, t: say(_trial_line(t, s.space))])
+    return study
+
+
+def _trial_line(t: Any, space: Space) -> str:
+    params = ", ".join(f"{k.rsplit('.', 1)[-1]}={_fmt(v)}" for k, v in t.params.items())
+    what = f"{t.value:,.1f}" if t.value is not None else t.state.name.lower()
+    return f"trial {t.number}: {what} ({params})"
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def report(study: Any, s: SweepRun, say: Any = print) -> None:
+    """best.toml, trials.csv, the table and sweep.png."""
+    import optuna
+
+    trials = study.get_trials(deepcopy=False)
+    keys = [p.key for p in s.space.params]
+    with open(s.out / "trials.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["trial", "state", "value", *keys, "best_return", "env_steps", "wall_s"])
+        for t in trials:
+            w.writerow([t.number, t.state.name, t.value, *[t.params.get(k) for k in keys],
+                        t.user_attrs.get("best_return"), t.user_attrs.get("env_steps"),
+                        t.user_attrs.get("wall_s")])
+    say("\n| trial | state | objective | " + " | ".join(k.rsplit(".", 1)[-1] for k in keys)
+        + " | best return | env steps | s |")
+    say("|---" * (7 + len(keys) - 1) + "|")
+    for t in trials:
+        u = t.user_attrs
+        say(f"| {t.number} | {t.state.name.lower()} | "
+            f"{'' if t.value is None else f'{t.value:,.0f}'} | "
+            + " | ".join(_fmt(t.params.get(k, '')) for k in keys)
+            + f" | {_fmt(u.get('best_return', ''))} | {u.get('env_steps', '')} | "
+              f"{u.get('wall_s', '')} |")
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        say("no trial completed: no best job")
+        return
+    best = study.best_trial
+    sets = [*s.space.extra, *[f"{k}={json.dumps(v)}" for k, v in best.params.items()]]
+    (s.out / "best.toml").write_text(
+        f"# verl sweep: trial {best.number} of {len(trials)}, objective {s.space.metric} = "
+        f"{best.value:,.1f}\n" + dumps_job(load_job(s.job, sets)))
+    say(f"best: trial {best.number}, {s.space.metric} {best.value:,.1f}; job written to "
+        f"{s.out / 'best.toml'}")
+    try:
+        say(f"plot: {plot(study, s)}")
+    except ImportError as e:  # matplotlib: the plot extra
+        say(f"no plot ({e}); pip install 'verl-zmq[plot]'")
+
+
+def plot(study: Any, s: SweepRun) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optuna
+
+    trials = [t for t in study.get_trials(deepcopy=False)
+              if t.state == optuna.trial.TrialState.COMPLETE]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    xs, ys = [t.number for t in trials], [t.value for t in trials]
+    a1.plot(xs, ys, "o", label="trial")
+    best = [min(ys[:i + 1]) if s.space.minimize else max(ys[:i + 1]) for i in range(len(ys))]
+    a1.step(xs, best, where="post", label="best so far")
+    a1.set_xlabel("trial")
+    a1.set_ylabel(s.space.metric)
+    a1.legend()
+    a1.set_title("objective by trial")
+    if len(trials) >= 2:
+        imp = optuna.importance.get_param_importances(study)
+        a2.barh([k.rsplit(".", 1)[-1] for k in imp][::-1], list(imp.values())[::-1])
+        a2.set_xlabel("importance (fANOVA)")
+    a2.set_title("parameter importances")
+    out = s.out / "sweep.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -103,3 +103,36 @@ def test_trials_whose_jobs_fail_are_recorded_and_the_sweep_goes_on(tmp_path):
     # each failed trial keeps its job's own error: the env that cannot be made
     assert all("tests.nowhere" in t.user_attrs["error"] for t in study.trials), \
         [t.user_attrs for t in study.trials]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_the_trials_jobs_and_records_them(tmp_path):
+    import signal
+
+    import optuna
+
+    from tests.conftest import job_processes, poll
+
+    space = _space(tmp_path, "[space]\n"
+                   "algorithm.params.learning_rate = {low = 5e-4, high = 5e-3, log = true}\n"
+                   "[objective]\nmetric = \"best_return\"\n")
+    out = tmp_path / "sweep"
+    argv = [sys.executable, "-m", "verl_zmq.cli", "sweep", str(JOB), str(space), "--out",
+            str(out), "--trials", "4", "--parallel", "2", "--set",
+            "training.total_timesteps=1000000"]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        assert poll(lambda: len(list((out / "trials").glob("trial-*/logs/learner-0.jsonl")))
+                    >= 2, 120), "two trials did not start"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "run the same command to go on" in err
+    assert poll(lambda: not job_processes(str(out)), 30), job_processes(str(out))
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{out / 'study.db'}")
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]

@@ -259,7 +259,12 @@ def sweep_cmd(job, space, trials, parallel, hosts, out, pruner, trial_timeout_s,
         _fail(str(e))
     folder = Path(out) if out else Path("runs") / "sweeps" / name
     run = SweepRun(Path(job), hosts, folder, sp, parallel, pruner, trial_timeout_s, seed)
-    study = run_sweep(run, trials, say=click.echo)
+    try:
+        study = run_sweep(run, trials, say=click.echo)
+    except KeyboardInterrupt:
+        click.echo(f"stopped: the trials under way were stopped and recorded as failed; run "
+                   f"the same command to go on from {folder / 'study.db'}", err=True)
+        sys.exit(130)
     report(study, run, say=click.echo)
 
 

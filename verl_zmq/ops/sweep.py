@@ -31,6 +31,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ from ..config import dumps_job, load_job
 from .sweep_space import Space
 
 POLL_S = 1.0
+STOPPING = threading.Event()  # a stop (Ctrl-C) asked: trials stop their jobs and end
 
 
 class TrialFailed(RuntimeError):
@@ -127,6 +129,8 @@ def objective(s: SweepRun, trial: Any) -> float:
     """Run one trial's job to its end (or its pruning); its objective."""
     import optuna
 
+    if STOPPING.is_set():
+        raise TrialFailed("the sweep was stopped")
     values = {p.key: p.suggest(trial) for p in s.space.params}
     sets = [f"{k}={json.dumps(v)}" for k, v in values.items()]
     run = s.out / "trials" / f"trial-{trial.number:03d}"
@@ -141,6 +145,9 @@ def objective(s: SweepRun, trial: Any) -> float:
         if time.monotonic() - t0 > s.trial_timeout_s:
             _stop(proc)
             raise TrialFailed(f"the job ran past --trial-timeout-s {s.trial_timeout_s:g}")
+        if STOPPING.is_set():  # the sweep is stopping: so does this trial's job
+            _stop(proc)
+            raise TrialFailed("the sweep was stopped")
         evs = evaluations(run)
         for i in range(seen, len(evs)):
             best = max(float(x["eval/return_mean"]) for x in evs[:i + 1])
@@ -185,7 +192,9 @@ def study_of(s: SweepRun) -> Any:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    pruner: Any = {"median": optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1),
+    # median: from the fourth trial, from the third evaluation (early evaluations of a
+    # good trial are often as low as a bad one's)
+    pruner: Any = {"median": optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=2),
                    "halving": optuna.pruners.SuccessiveHalvingPruner(),
                    "none": optuna.pruners.NopPruner()}[s.pruner]
     s.out.mkdir(parents=True, exist_ok=True)
@@ -211,16 +220,37 @@ def run_sweep(s: SweepRun, trials: int, say: Any = print) -> Any:
     say(f"sweep: {done} trials in {s.out / 'study.db'}; running {left} more, "
         f"{s.parallel} at a time")
     if left:
-        study.optimize(lambda t: objective(s, t), n_trials=left, n_jobs=s.parallel,
-                       catch=(TrialFailed,),
-                       callbacks=[lambda st, t: say(_trial_line(t, s.space))])
+        STOPPING.clear()
+
+        def finished(st: Any, t: Any) -> None:
+            say(_trial_line(t, s.space))
+            if STOPPING.is_set():
+                st.stop()  # no new trial (Optuna takes this from a callback only)
+
+        # Ctrl-C: the trials under way stop their jobs (recorded as failed)
+        before = signal.signal(signal.SIGINT, lambda *_: STOPPING.set())
+        try:
+            study.optimize(lambda t: objective(s, t), n_trials=left, n_jobs=s.parallel,
+                           catch=(TrialFailed,), callbacks=[finished])
+        finally:
+            signal.signal(signal.SIGINT, before)
+        if STOPPING.is_set():
+            raise KeyboardInterrupt
     return study
 
 
 def _trial_line(t: Any, space: Space) -> str:
     params = ", ".join(f"{k.rsplit('.', 1)[-1]}={_fmt(v)}" for k, v in t.params.items())
-    what = f"{t.value:,.1f}" if t.value is not None else t.state.name.lower()
-    return f"trial {t.number}: {what} ({params})"
+    return f"trial {t.number}: {_outcome(t)} ({params})"
+
+
+def _outcome(t: Any) -> str:
+    """A finished trial's objective, or how it ended without one."""
+    if t.state.name == "COMPLETE":
+        return f"{t.value:,.1f}"
+    if t.state.name == "PRUNED":
+        return f"pruned after {len(t.intermediate_values)} evaluations"
+    return t.state.name.lower()
 
 
 def _fmt(v: Any) -> str:
@@ -246,7 +276,7 @@ def report(study: Any, s: SweepRun, say: Any = print) -> None:
     for t in trials:
         u = t.user_attrs
         say(f"| {t.number} | {t.state.name.lower()} | "
-            f"{'' if t.value is None else f'{t.value:,.0f}'} | "
+            f"{f'{t.value:,.0f}' if t.state.name == 'COMPLETE' else ''} | "
             + " | ".join(_fmt(t.params.get(k, '')) for k in keys)
             + f" | {_fmt(u.get('best_return', ''))} | {u.get('env_steps', '')} | "
               f"{u.get('wall_s', '')} |")

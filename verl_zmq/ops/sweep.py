@@ -126,7 +126,17 @@ def _launch_argv(s: SweepRun, run: Path, sets: list[str]) -> list[str]:
 
 
 def objective(s: SweepRun, trial: Any) -> float:
-    """Run one trial's job to its end (or its pruning); its objective."""
+    """Run one trial's job to its end (or its pruning); its objective. A failure's
+    reason stays with the trial (`error`)."""
+    try:
+        return _trial(s, trial)
+    except TrialFailed as e:
+        if "error" not in trial.user_attrs:
+            trial.set_user_attr("error", str(e)[:300])
+        raise
+
+
+def _trial(s: SweepRun, trial: Any) -> float:
     import optuna
 
     if STOPPING.is_set():
@@ -191,7 +201,8 @@ def _stop(proc: subprocess.Popen[Any], grace_s: float = 60.0) -> None:
 def study_of(s: SweepRun) -> Any:
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # the sweep says each trial's end itself (failures with their reason, no traceback)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     # median: from the fourth trial, from the third evaluation (early evaluations of a
     # good trial are often as low as a bad one's)
     pruner: Any = {"median": optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=2),
@@ -250,7 +261,8 @@ def _outcome(t: Any) -> str:
         return f"{t.value:,.1f}"
     if t.state.name == "PRUNED":
         return f"pruned after {len(t.intermediate_values)} evaluations"
-    return t.state.name.lower()
+    why = str(t.user_attrs.get("error", "")).strip().splitlines()
+    return f"{t.state.name.lower()}{f': {why[-1][:200]}' if why else ''}"
 
 
 def _fmt(v: Any) -> str:

@@ -240,9 +240,12 @@ def runs_cmd(paths, compare):
 @click.option("--trial-timeout-s", default=3600.0, show_default=True,
               help="A trial still running after this is stopped and recorded as failed.")
 @click.option("--seed", default=0, show_default=True, help="The sampler's seed.")
+@click.option("--seeds-per-trial", default=1, show_default=True, type=click.IntRange(1),
+              help="Job seeds each trial runs in turn (the job's, then +1000, ...): its "
+                   "objective is their mean, less the luck of one seed.")
 @click.option("--set", "overrides", multiple=True, help="section.key=value for every trial.")
 def sweep_cmd(job, space, trials, parallel, hosts, out, pruner, trial_timeout_s, seed,
-              overrides):
+              seeds_per_trial, overrides):
     """Search SPACE's hyperparameters for JOB with Optuna: each trial a real job."""
     from ..config import ConfigError, load_job
     from .sweep import SweepRun, report, run_sweep
@@ -254,11 +257,13 @@ def sweep_cmd(job, space, trials, parallel, hosts, out, pruner, trial_timeout_s,
         _fail(f"verl sweep needs the tune extra (pip install 'verl-zmq[tune]'): {e}")
     try:
         sp = load_space(space, job, list(overrides))
-        name = load_job(job, list(overrides)).experiment.name
+        base = load_job(job, list(overrides)).experiment
+        name = base.name
     except ConfigError as e:
         _fail(str(e))
     folder = Path(out) if out else Path("runs") / "sweeps" / name
-    run = SweepRun(Path(job), hosts, folder, sp, parallel, pruner, trial_timeout_s, seed)
+    run = SweepRun(Path(job), hosts, folder, sp, parallel, pruner, trial_timeout_s, seed,
+                   seeds_per_trial, base.seed)
     try:
         study = run_sweep(run, trials, say=click.echo)
     except KeyboardInterrupt:

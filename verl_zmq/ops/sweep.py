@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import dumps_job, load_job
+from ..config.writing import job_to_dict
+from .runs import flatten
 from .sweep_space import Space
 
 POLL_S = 1.0
@@ -59,7 +61,12 @@ class SweepRun:
     parallel: int = 1
     pruner: str = "median"
     trial_timeout_s: float = 3600.0
-    seed: int = 0
+    seed: int = 0  # the sampler's
+    seeds: int = 1  # job seeds a trial runs, one after the other (its objective: their mean)
+    job_seed: int = 0  # the job's experiment.seed: a trial's seeds are job_seed + 1000 i
+
+    def seed_of(self, i: int) -> int:
+        return self.job_seed + 1000 * i
 
 
 def free_port_range(width: int = 60) -> tuple[int, int]:
@@ -137,17 +144,41 @@ def objective(s: SweepRun, trial: Any) -> float:
 
 
 def _trial(s: SweepRun, trial: Any) -> float:
-    import optuna
-
+    """The trial's job on each of its seeds in turn; the mean of their objectives.
+    The first seed's evaluations go to the pruner."""
     if STOPPING.is_set():
         raise TrialFailed("the sweep was stopped")
     values = {p.key: p.suggest(trial) for p in s.space.params}
     sets = [f"{k}={json.dumps(v)}" for k, v in values.items()]
-    run = s.out / "trials" / f"trial-{trial.number:03d}"
-    run.parent.mkdir(parents=True, exist_ok=True)
-    trial.set_user_attr("run_dir", str(run))
+    base = s.out / "trials" / f"trial-{trial.number:03d}"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    trial.set_user_attr("run_dir", str(base))
     t0 = time.monotonic()
-    with open(run.parent / f"trial-{trial.number:03d}.log", "w") as log:
+    scores, infos = [], []
+    for i in range(s.seeds):
+        run = base if s.seeds == 1 else base / f"seed-{i}"
+        seed = [f"experiment.seed={s.seed_of(i)}"] if s.seeds > 1 else []
+        value, info = _one_run(s, trial, run, [*sets, *seed], prune=i == 0)
+        scores.append(value)
+        infos.append(info)
+    trial.set_user_attr("wall_s", round(time.monotonic() - t0, 1))
+    for k in infos[0]:
+        vals = [x[k] for x in infos]
+        trial.set_user_attr(k, sum(vals) / len(vals) if k != "reached" else all(vals))
+    if s.seeds > 1:
+        trial.set_user_attr("per_seed", scores)
+    return sum(scores) / len(scores)
+
+
+def _one_run(s: SweepRun, trial: Any, run: Path, sets: list[str], prune: bool
+             ) -> tuple[float, dict[str, Any]]:
+    import optuna
+
+    log_path = Path(f"{run}.log") if run.name.startswith("seed-") else \
+        run.parent / f"{run.name}.log"
+    run.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
         proc = subprocess.Popen(_launch_argv(s, run, sets), stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     seen, pruned = 0, False
@@ -159,7 +190,7 @@ def _trial(s: SweepRun, trial: Any) -> float:
             _stop(proc)
             raise TrialFailed("the sweep was stopped")
         evs = evaluations(run)
-        for i in range(seen, len(evs)):
+        for i in range(seen, len(evs) if prune else seen):
             best = max(float(x["eval/return_mean"]) for x in evs[:i + 1])
             trial.report(-best if s.space.minimize else best, i)
             if trial.should_prune():
@@ -170,20 +201,17 @@ def _trial(s: SweepRun, trial: Any) -> float:
             _stop(proc)
             break
         time.sleep(POLL_S)
-    trial.set_user_attr("wall_s", round(time.monotonic() - t0, 1))
     evs = evaluations(run)
     if pruned:
         trial.set_user_attr("env_steps", int(evs[-1]["env_steps"]) if evs else 0)
+        trial.set_user_attr("wall_s", round(time.monotonic() - t0, 1))
         raise optuna.TrialPruned(f"at evaluation {seen}")
     if proc.returncode != 0:
-        tail = (run.parent / f"trial-{trial.number:03d}.log").read_text()[-600:]
+        tail = log_path.read_text()[-600:]
         trial.set_user_attr("error", tail[-300:])
         raise TrialFailed(f"trial {trial.number}: the job exited {proc.returncode}: "
                           f"{tail.strip().splitlines()[-1] if tail.strip() else ''}")
-    value, info = score(evs, s.space)
-    for k, v in info.items():
-        trial.set_user_attr(k, v)
-    return value
+    return score(evs, s.space)
 
 
 def _stop(proc: subprocess.Popen[Any], grace_s: float = 60.0) -> None:
@@ -216,7 +244,27 @@ def study_of(s: SweepRun) -> Any:
     # a trial left running by a stopped sweep never finishes: record it as failed
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+    if not study.get_trials(deepcopy=False):
+        values = baseline(s)
+        if values is not None:  # the first trial: the job as it is, to beat
+            study.enqueue_trial(values, user_attrs={"baseline": True})
     return study
+
+
+def baseline(s: SweepRun) -> dict[str, Any] | None:
+    """The job's own values of the searched keys, where every one lies in its range
+    (or among its choices); None otherwise."""
+    flat = flatten(job_to_dict(load_job(s.job, s.space.extra)))
+    out = {}
+    for p in s.space.params:
+        v = flat.get(p.key)
+        if p.choices:
+            if v not in p.choices:
+                return None
+        elif not isinstance(v, int | float) or not (p.low or 0) <= v <= (p.high or 0):
+            return None
+        out[p.key] = v
+    return out
 
 
 def run_sweep(s: SweepRun, trials: int, say: Any = print) -> Any:
@@ -252,7 +300,8 @@ def run_sweep(s: SweepRun, trials: int, say: Any = print) -> Any:
 
 def _trial_line(t: Any, space: Space) -> str:
     params = ", ".join(f"{k.rsplit('.', 1)[-1]}={_fmt(v)}" for k, v in t.params.items())
-    return f"trial {t.number}: {_outcome(t)} ({params})"
+    own = ", the job's own values" if t.user_attrs.get("baseline") else ""
+    return f"trial {t.number}: {_outcome(t)} ({params}{own})"
 
 
 def _outcome(t: Any) -> str:
@@ -297,6 +346,13 @@ def report(study: Any, s: SweepRun, say: Any = print) -> None:
         say("no trial completed: no best job")
         return
     best = study.best_trial
+    base = next((t for t in complete if t.user_attrs.get("baseline")), None)
+    if base is not None and base.number == best.number:
+        say(f"found nothing better than the job's own values (trial {base.number}, "
+            f"{s.space.metric} {base.value:,.1f})")
+    elif base is not None:
+        say(f"the job's own values (trial {base.number}): {s.space.metric} "
+            f"{base.value:,.1f}")
     sets = [*s.space.extra, *[f"{k}={json.dumps(v)}" for k, v in best.params.items()]]
     (s.out / "best.toml").write_text(
         f"# verl sweep: trial {best.number} of {len(trials)}, objective {s.space.metric} = "

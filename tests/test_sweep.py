@@ -67,6 +67,7 @@ def test_a_sweep_of_real_jobs_reports_and_resumes(tmp_path):
     r = _sweep(space, out, 2)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "running 2 more, 2 at a time" in r.stdout
+    assert "trial 0: " in r.stdout and "the job's own values)" in r.stdout  # the baseline
     # a stop that left a trial running: the resumed sweep records it as failed
     study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{out / 'study.db'}")
     study.ask()
@@ -114,8 +115,9 @@ def test_ctrl_c_stops_the_trials_jobs_and_records_them(tmp_path):
 
     from tests.conftest import job_processes, poll
 
+    # (a range without the job's own value: no baseline trial runs alone first)
     space = _space(tmp_path, "[space]\n"
-                   "algorithm.params.learning_rate = {low = 5e-4, high = 5e-3, log = true}\n"
+                   "algorithm.params.learning_rate = {low = 3e-3, high = 5e-3, log = true}\n"
                    "[objective]\nmetric = \"best_return\"\n")
     out = tmp_path / "sweep"
     argv = [sys.executable, "-m", "verl_zmq.cli", "sweep", str(JOB), str(space), "--out",

@@ -289,8 +289,16 @@ def run_sweep(s: SweepRun, trials: int, say: Any = print) -> Any:
         # Ctrl-C: the trials under way stop their jobs (recorded as failed)
         before = signal.signal(signal.SIGINT, lambda *_: STOPPING.set())
         try:
-            study.optimize(lambda t: objective(s, t), n_trials=left, n_jobs=s.parallel,
-                           catch=(TrialFailed,), callbacks=[finished])
+            waiting = study.get_trials(deepcopy=False,
+                                       states=(optuna.trial.TrialState.WAITING,))
+            if waiting:  # the enqueued baseline alone: threads sharing the SQLite
+                # study could each take the one waiting trial
+                study.optimize(lambda t: objective(s, t), n_trials=1, n_jobs=1,
+                               catch=(TrialFailed,), callbacks=[finished])
+                left -= 1
+            if left > 0 and not STOPPING.is_set():
+                study.optimize(lambda t: objective(s, t), n_trials=left, n_jobs=s.parallel,
+                               catch=(TrialFailed,), callbacks=[finished])
         finally:
             signal.signal(signal.SIGINT, before)
         if STOPPING.is_set():

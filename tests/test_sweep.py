@@ -47,6 +47,18 @@ def test_a_space_files_mistakes_are_named_with_the_file_and_key(tmp_path, text, 
     assert said in str(e.value), str(e.value)
 
 
+def _best_return_space(tmp_path, *params: str):
+    """A space of these parameter lines, scored by the best evaluation."""
+    return _space(tmp_path, "[space]\n" + "".join(f"{p}\n" for p in params)
+                  + "[objective]\nmetric = \"best_return\"\n")
+
+
+def _study(out):
+    import optuna
+
+    return optuna.load_study(study_name="sweep", storage=f"sqlite:///{out / 'study.db'}")
+
+
 def _sweep(space, out, trials, *extra):
     argv = [sys.executable, "-m", "verl_zmq.cli", "sweep", str(JOB), str(space), "--out",
             str(out), "--trials", str(trials), "--parallel", "2", "--pruner", "none",
@@ -57,24 +69,21 @@ def _sweep(space, out, trials, *extra):
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_a_sweep_of_real_jobs_reports_and_resumes(tmp_path):
-    import optuna
-
-    space = _space(tmp_path, "[space]\n"
-                   "algorithm.params.learning_rate = {low = 5e-4, high = 5e-3, log = true}\n"
-                   "algorithm.params.batch_size = {choices = [256, 512]}\n"
-                   "[objective]\nmetric = \"best_return\"\n")
+    space = _best_return_space(
+        tmp_path, "algorithm.params.learning_rate = {low = 5e-4, high = 5e-3, log = true}",
+        "algorithm.params.batch_size = {choices = [256, 512]}")
     out = tmp_path / "sweep"
     r = _sweep(space, out, 2)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "running 2 more, 2 at a time" in r.stdout
     assert "trial 0: " in r.stdout and "the job's own values)" in r.stdout  # the baseline
     # a stop that left a trial running: the resumed sweep records it as failed
-    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{out / 'study.db'}")
+    study = _study(out)
     study.ask()
     r = _sweep(space, out, 4)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "sweep: 3 trials in" in r.stdout and "running 1 more" in r.stdout
-    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{out / 'study.db'}")
+    study = _study(out)
     states = [t.state.name for t in study.trials]
     assert states.count("COMPLETE") == 3 and states.count("FAIL") == 1, states
     for t in study.trials:
@@ -90,15 +99,11 @@ def test_a_sweep_of_real_jobs_reports_and_resumes(tmp_path):
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_trials_whose_jobs_fail_are_recorded_and_the_sweep_goes_on(tmp_path):
-    import optuna
-
-    space = _space(tmp_path, "[space]\n"
-                   "environment.id = {choices = [\"tests.nowhere:NoEnv\"]}\n"
-                   "[objective]\nmetric = \"best_return\"\n")
+    space = _best_return_space(tmp_path, 'environment.id = {choices = ["tests.nowhere:NoEnv"]}')
     out = tmp_path / "sweep"
     r = _sweep(space, out, 2)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{out / 'study.db'}")
+    study = _study(out)
     assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]
     assert "no trial completed" in r.stdout
     # each failed trial keeps its job's own error: the env that cannot be made
@@ -111,14 +116,11 @@ def test_trials_whose_jobs_fail_are_recorded_and_the_sweep_goes_on(tmp_path):
 def test_ctrl_c_stops_the_trials_jobs_and_records_them(tmp_path):
     import signal
 
-    import optuna
-
     from tests.conftest import job_processes, poll
 
     # (a range without the job's own value: no baseline trial runs alone first)
-    space = _space(tmp_path, "[space]\n"
-                   "algorithm.params.learning_rate = {low = 3e-3, high = 5e-3, log = true}\n"
-                   "[objective]\nmetric = \"best_return\"\n")
+    space = _best_return_space(
+        tmp_path, "algorithm.params.learning_rate = {low = 3e-3, high = 5e-3, log = true}")
     out = tmp_path / "sweep"
     argv = [sys.executable, "-m", "verl_zmq.cli", "sweep", str(JOB), str(space), "--out",
             str(out), "--trials", "4", "--parallel", "2", "--set",
@@ -136,5 +138,5 @@ def test_ctrl_c_stops_the_trials_jobs_and_records_them(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert "run the same command to go on" in err
     assert poll(lambda: not job_processes(str(out)), 30), job_processes(str(out))
-    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{out / 'study.db'}")
+    study = _study(out)
     assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]

@@ -14,12 +14,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import CONFIGS, ROOT, free_port_range, poll, read_events
+from tools.harness import http_ok
 from verl_zmq.config import ConfigError, load_job
 from verl_zmq.ops.wandb_offline import history, offline_runs
 
@@ -41,12 +41,8 @@ def mlflow_server(tmp_path_factory):
         start_new_session=True)
     uri = f"http://127.0.0.1:{port}"
 
-    def up():
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return proc.poll() is not None  # it died: fail below, not after the deadline
+    def up():  # (or it died: fail below, not after the deadline)
+        return http_ok(f"{uri}/health") or proc.poll() is not None
 
     try:
         assert poll(up, 120) and proc.poll() is None, (d / "server.log").read_text()[-2000:]

@@ -45,6 +45,17 @@ def poll(pred, timeout: float, every: float = 0.25):
     return None
 
 
+def http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether GET `url` answers 200 (a server's health endpoint, say)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
 def events(path: Path) -> list[dict]:
     out = []
     try:

@@ -23,11 +23,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tools.*
-from tools.harness import ROOT, events, free_ports, poll, start  # noqa: E402
+from tools.harness import ROOT, events, free_ports, http_ok, poll, start  # noqa: E402
 
 JOB = ROOT / "configs" / "cartpole_ppo.toml"
 MLFLOW = str(Path(sys.executable).with_name("mlflow"))
@@ -42,14 +41,7 @@ def server(d: Path) -> tuple[subprocess.Popen, str]:
         cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     uri = f"http://127.0.0.1:{port}"
 
-    def up() -> bool:
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    if not poll(up, 120):
+    if not poll(lambda: http_ok(f"{uri}/health"), 120):
         sys.exit("mlflow server did not start within 120 s")
     return proc, uri
 

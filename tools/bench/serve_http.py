@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
-from tools.harness import ROOT, free_ports, poll  # noqa: E402
+from tools.harness import ROOT, free_ports, http_ok, poll  # noqa: E402
 
 VERL = str(Path(sys.executable).with_name("verl"))
 OBS = [0.02, -0.01, 0.03, 0.04]
@@ -69,14 +69,7 @@ def http(model: Path, a: argparse.Namespace, tmp: Path) -> None:
     proc = subprocess.Popen([VERL, "serve", str(model), "--http", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        def up() -> bool:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=1) as r:
-                    return r.status == 200
-            except OSError:
-                return False
-
-        if not poll(up, 60):
+        if not poll(lambda: http_ok(f"{url}/health"), 60):
             sys.exit("verl serve --http did not answer /health within 60 s")
         (tmp / "post.lua").write_text(LUA)
         out = subprocess.run(["wrk", "-t", "2", "-c", str(a.connections), "-d", f"{a.seconds}s",

@@ -5,6 +5,7 @@ failed); trials whose jobs fail are recorded as failed and the sweep goes on."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -140,3 +141,15 @@ def test_ctrl_c_stops_the_trials_jobs_and_records_them(tmp_path):
     assert poll(lambda: not job_processes(str(out)), 30), job_processes(str(out))
     study = _study(out)
     assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]
+
+
+def test_a_second_sweep_on_the_same_study_is_refused(tmp_path):
+    from verl_zmq.ops.sweep import _hold
+
+    out = tmp_path / "sweep"
+    held = _hold(out)  # a sweep running there
+    space = _best_return_space(tmp_path, "algorithm.params.ent_coef = {low = 0.0, high = 0.1}")
+    r = _sweep(space, out, 1)
+    held.close()
+    assert r.returncode != 0 and f"another sweep runs on {out}" in r.stderr, r.stderr[-1000:]
+    assert str(os.getpid()) in r.stderr  # the holder's pid

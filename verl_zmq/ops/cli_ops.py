@@ -248,7 +248,7 @@ def sweep_cmd(job, space, trials, parallel, hosts, out, pruner, trial_timeout_s,
               seeds_per_trial, overrides):
     """Search SPACE's hyperparameters for JOB with Optuna: each trial a real job."""
     from ..config import ConfigError, load_job
-    from .sweep import SweepRun, report, run_sweep
+    from .sweep import SweepBusy, SweepRun, report, run_sweep
     from .sweep_space import load_space
 
     try:
@@ -270,6 +270,8 @@ def sweep_cmd(job, space, trials, parallel, hosts, out, pruner, trial_timeout_s,
         click.echo(f"stopped: the trials under way were stopped and recorded as failed; run "
                    f"the same command to go on from {folder / 'study.db'}", err=True)
         sys.exit(130)
+    except SweepBusy as e:
+        _fail(str(e))
     report(study, run, say=click.echo)
 
 

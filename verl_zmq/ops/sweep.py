@@ -267,10 +267,35 @@ def baseline(s: SweepRun) -> dict[str, Any] | None:
     return out
 
 
+class SweepBusy(RuntimeError):
+    """Another sweep runs on the same study folder."""
+
+
+def _hold(out: Path) -> Any:
+    """An exclusive lock on the study folder for this sweep's life: a second sweep on
+    it would take the first one's running trials for stale ones."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(out / ".sweep.lock", "a+")  # noqa: SIM115 - held until the process ends
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        raise SweepBusy(f"another sweep runs on {out} (pid {f.read().strip() or '?'}); "
+                        f"wait for it, or give this one another --out") from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
 def run_sweep(s: SweepRun, trials: int, say: Any = print) -> Any:
     """Run trials until the study holds `trials` finished ones; the study."""
     import optuna
 
+    lock = _hold(s.out)  # noqa: F841 - held while the sweep runs
     study = study_of(s)
     done = len(study.get_trials(deepcopy=False, states=(
         optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,

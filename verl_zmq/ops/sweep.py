@@ -347,6 +347,10 @@ def _outcome(t: Any) -> str:
     return f"{t.state.name.lower()}{f': {why[-1][:200]}' if why else ''}"
 
 
+def _count(v: Any) -> str:
+    return f"{v:,.0f}" if isinstance(v, int | float) else ""
+
+
 def _fmt(v: Any) -> str:
     return f"{v:.3g}" if isinstance(v, float) else str(v)
 
@@ -372,7 +376,7 @@ def report(study: Any, s: SweepRun, say: Any = print) -> None:
         say(f"| {t.number} | {t.state.name.lower()} | "
             f"{f'{t.value:,.0f}' if t.state.name == 'COMPLETE' else ''} | "
             + " | ".join(_fmt(t.params.get(k, '')) for k in keys)
-            + f" | {_fmt(u.get('best_return', ''))} | {u.get('env_steps', '')} | "
+            + f" | {_fmt(u.get('best_return', ''))} | {_count(u.get('env_steps'))} | "
               f"{u.get('wall_s', '')} |")
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     if not complete:

@@ -73,6 +73,22 @@ def test_check_names_an_unknown_backend():
         load_job(JOB, ['logging.backends=["tensorboard", "neptune"]'])
 
 
+def test_a_backend_not_installed_is_named_by_the_launchers_checks_not_the_roles(monkeypatch):
+    """Roles load the job without the tracking packages (their hosts may lack them);
+    `verl check` and each launch, on the launcher's host, name what is missing."""
+    import importlib.util
+
+    from verl_zmq.ops.checks import tracking_problems
+
+    job = load_job(JOB, ['logging.backends=["tensorboard", "wandb"]'])  # a role's load
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wandb" else real(name, *a))
+    assert load_job(JOB, ['logging.backends=["wandb"]']).logging.backends == ["wandb"]
+    [why] = tracking_problems(job)
+    assert "'wandb' needs the wandb package" in why and "[tracking]" in why
+
+
 def test_mlflow_and_wandb_receive_the_run_and_a_resume_continues_them(tmp_path,
                                                                        mlflow_server):
     from mlflow.tracking import MlflowClient

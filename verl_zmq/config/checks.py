@@ -60,17 +60,12 @@ TRACKING = ("tensorboard", "mlflow", "wandb")
 
 
 def _check_tracking(job: Job, source: str) -> None:
-    """logging.backends: known names, and MLflow and W&B importable here (the
-    launcher runs them). TensorBoard, the default, is charted where it is installed."""
-    import importlib.util
-
+    """logging.backends: known names (whether the launcher's host has the packages is
+    its own check, `ops.checks.tracking_problems`: roles never import them)."""
     for b in job.logging.backends:
         if b not in TRACKING:
             raise ConfigError(f"{source}: logging.backends: {b!r} is not a backend (choose "
                               f"from {', '.join(TRACKING)})")
-        if b != "tensorboard" and importlib.util.find_spec(b) is None:
-            raise ConfigError(f"{source}: logging.backends: {b!r} needs the {b} package: "
-                              f"pip install -e '.[tracking]', or remove it from the list")
     bad = [t for t in job.experiment.tags if not isinstance(t, str) or not t.strip()]
     if bad:
         raise ConfigError(f"{source}: experiment.tags: expected a list of non-empty strings, "

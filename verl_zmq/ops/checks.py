@@ -43,10 +43,21 @@ def job_problem(job: Job, source: str, overrides: Sequence[str] = (),
                 networks: bool = True, probe_steps: int | None = None) -> str:
     """`check_job`'s problems as one line naming the job file (or the `--set` that
     gave the key), or "" when the job can run."""
-    problems = check_job(job, networks, probe_steps)
+    problems = tracking_problems(job) + check_job(job, networks, probe_steps)
     if not problems:
         return ""
     return blame_override(f"{source}: " + " ".join(problems), source, overrides)
+
+
+def tracking_problems(job: Job) -> list[str]:
+    """MLflow and W&B, where `logging.backends` names them, are importable here: the
+    launcher (which `verl check` and each launch run on) sends to them."""
+    import importlib.util
+
+    return [f"logging.backends: {b!r} needs the {b} package here (pip install -e "
+            f"'.[tracking]'), or remove it from the list"
+            for b in job.logging.backends
+            if b != "tensorboard" and importlib.util.find_spec(b) is None]
 
 
 def check_job(job: Job, networks: bool = True, probe_steps: int | None = None) -> list[str]:

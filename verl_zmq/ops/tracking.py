@@ -189,13 +189,16 @@ class TrackerThread:
         self.q: queue.Queue[Any] = queue.Queue(maxsize=QUEUE_BATCHES)
         self.dead = False
         self.dropped = 0  # scalars not sent: the backend fell that far behind
+        # started with the first metrics: its imports (MLflow's take seconds of a core)
+        # then no longer compete with the roles' start
         self.thread = threading.Thread(target=self._run, name=f"tracking-{sink.name}",
                                        daemon=True)
-        self.thread.start()
 
     def put(self, rows: list[Scalar]) -> None:
         if self.dead or not rows:
             return
+        if self.thread.ident is None:
+            self.thread.start()
         try:
             self.q.put_nowait(rows)
         except queue.Full:
@@ -205,6 +208,8 @@ class TrackerThread:
                ) -> bool:
         """Hand over the artifacts and wait (bounded) for the last writes; False
         when the backend did not finish in time."""
+        if self.thread.ident is None:  # no metrics came: the tracked run still ends
+            self.thread.start()
         if not self.dead:
             with contextlib.suppress(queue.Full):
                 self.q.put((_FINISH, artifacts, ok), timeout=deadline_s)

@@ -248,7 +248,8 @@ def sweep_cmd(job, space, trials, parallel, hosts, out, pruner, trial_timeout_s,
               seeds_per_trial, overrides):
     """Search SPACE's hyperparameters for JOB with Optuna: each trial a real job."""
     from ..config import ConfigError, load_job
-    from .sweep import SweepBusy, SweepRun, report, run_sweep
+    from .sweep import SweepBusy, SweepRun, run_sweep
+    from .sweep_report import report
     from .sweep_space import load_space
 
     try:

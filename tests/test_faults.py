@@ -78,3 +78,19 @@ def test_a_full_disk_is_said_and_sigterm_still_stops_the_launcher(tmp_path):
         for ckpt in (run / "checkpoints").glob("*.pt"):  # every one whole, none half-written
             torch.load(ckpt, weights_only=True)
         os.unlink(disk / "filler")
+
+
+def test_a_checkpoint_write_on_a_full_disk_is_an_oserror_and_keeps_the_old_file(tmp_path):
+    """torch's writer reports a full disk as a RuntimeError: the learner, the
+    evaluator's best.pt and every snapshot expect an OSError (said, then go on),
+    so save_atomic gives one, with no temporary left and the old file whole."""
+    from verl_zmq.checkpoint import save_atomic
+
+    with small_disk(tmp_path / "disk") as disk:
+        path = disk / "latest.pt"
+        save_atomic({"x": torch.zeros(1000)}, path)
+        with pytest.raises(OSError) as e:
+            save_atomic({"x": torch.zeros(4_000_000)}, path)  # 16 MB on a small tmpfs
+        assert e.value.errno == errno.ENOSPC, e.value
+        assert sorted(p.name for p in disk.iterdir()) == ["latest.pt"]
+        assert torch.load(path, weights_only=True)["x"].shape == (1000,)

@@ -5,6 +5,7 @@ naming the newest, pruning to `checkpoint.keep`, and loading with
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -14,6 +15,8 @@ from typing import Any
 
 import torch
 
+from .files import free_mb
+
 
 def save_atomic(obj: dict[str, Any], path: Path) -> None:
     """Write to a temporary file, then rename: a reader sees the old file or the new
@@ -21,7 +24,14 @@ def save_atomic(obj: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        torch.save(obj, tmp)
+        try:
+            torch.save(obj, tmp)
+        except RuntimeError as e:  # torch's zip writer reports a failed write (a full
+            # disk) as a RuntimeError: an OSError here, as every other failed write
+            full = free_mb(path.parent) < 1.0
+            raise OSError(errno.ENOSPC if full else errno.EIO,
+                          f"{os.strerror(errno.ENOSPC) if full else 'write failed'}: "
+                          f"{str(e)[:200]}", str(tmp)) from e
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

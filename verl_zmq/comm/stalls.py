@@ -66,12 +66,19 @@ class Stalls:
             self._longest[exchange] = max(self._longest.get(exchange, 0.0), waited)
 
     @asynccontextmanager
-    async def watch(self, exchange: str, peers: Peers) -> AsyncIterator[None]:
-        """Run the body as it is; say it stalled once it passes its deadline."""
+    async def watch(self, exchange: str, peers: Peers,
+                    on_stall: Callable[[], None] | None = None) -> AsyncIterator[None]:
+        """Run the body as it is; say it stalled once it passes its deadline (and
+        call `on_stall` then: a recovery the waiter can try)."""
         limit = self.deadline(exchange)
         t0 = time.monotonic()
-        handle = asyncio.get_running_loop().call_later(
-            limit, lambda: self._stalled(exchange, limit, peers()))
+
+        def stalled() -> None:
+            self._stalled(exchange, limit, peers())
+            if on_stall is not None:
+                on_stall()
+
+        handle = asyncio.get_running_loop().call_later(limit, stalled)
         try:
             yield
         finally:

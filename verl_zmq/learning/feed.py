@@ -31,6 +31,9 @@ class Feed(Protocol):
     async def reconcile(self, wanted: dict[str, ShardAddress]) -> None:
         """Follow the group's shards: connect new ones, drop gone or restarted ones."""
 
+    async def resync(self) -> None:
+        """A wait for a batch stalled: reconnect to the shards with fresh credits."""
+
     def shards(self) -> list[str]:
         """The shards it reads from now."""
 

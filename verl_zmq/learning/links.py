@@ -112,6 +112,14 @@ class ShardLinks:
         for mid in list(self.links):
             self.close(mid)
 
+    def reset(self) -> dict[str, ShardAddress]:
+        """Close every link (a fresh socket each on the next `reconcile`: the shard
+        sees a new peer, and credits lost on the way, with a connection cut while
+        either side was paused, are granted anew); the addresses they had."""
+        wanted = {mid: link.address for mid, link in self.links.items()}
+        self.close_all()
+        return wanted
+
     async def _read(self, link: Link) -> None:
         while True:
             _, msg = await recv(link.sock, self.stats, expect=(wire.Batch,))

@@ -207,9 +207,16 @@ class Trainer:
         batches come from, the hook what else happens after each update. The
         trainer alone writes its counters: env steps as the feed reports them."""
         T = self.job.training
+        resyncs: set[asyncio.Task[None]] = set()  # (held: a loop keeps weak references)
+
+        def resync() -> None:  # a stalled wait: reconnect with fresh credits
+            task = asyncio.get_running_loop().create_task(feed.resync())
+            resyncs.add(task)
+            task.add_done_callback(resyncs.discard)
+
         while self._count(feed) < T.total_timesteps:
             async with self.stalls.watch(REQUESTS.name, lambda: feed.shards()
-                                         or ["no shard of its group is alive"]):
+                                         or ["no shard of its group is alive"], resync):
                 batch = await feed.next()
             self._count(feed)
             if batch is None:

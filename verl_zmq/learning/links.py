@@ -113,10 +113,15 @@ class ShardLinks:
             self.close(mid)
 
     def reset(self) -> dict[str, ShardAddress]:
-        """Close every link (a fresh socket each on the next `reconcile`: the shard
-        sees a new peer, and credits lost on the way, with a connection cut while
-        either side was paused, are granted anew); the addresses they had."""
+        """After a stalled wait: close every link (a fresh socket each on the next
+        `reconcile`: the shard sees a new peer, and credits lost on the way, with a
+        connection cut while either side was paused, are granted anew); the
+        addresses they had (none: nothing to ask, and the stall says so already)."""
         wanted = {mid: link.address for mid, link in self.links.items()}
+        if wanted:
+            self.log.info("shard_links_reset", shards=sorted(wanted),
+                          why="no batch within the requests' deadline: credits may have "
+                              "been lost with a cut connection")
         self.close_all()
         return wanted
 

@@ -93,13 +93,7 @@ class SampledFeed:
     async def resync(self) -> None:
         """A wait for the shards stalled: reconnect to each with a fresh window of
         credits (what is pending here is kept; its credits go nowhere)."""
-        if not len(self.links):  # no shard to ask: the stall says so already
-            return
-        wanted = self.links.reset()
-        self.links.log.info("shard_links_reset", shards=sorted(wanted),
-                            why="no batch within the requests' deadline: credits may have "
-                                "been lost with a cut connection")
-        await self.reconcile(wanted)
+        await self.reconcile(self.links.reset())
 
     async def reconcile(self, wanted: dict[str, ShardAddress]) -> None:
         for link in self.links.reconcile(wanted):

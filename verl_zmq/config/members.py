@@ -28,15 +28,7 @@ def default_specs(job: Job) -> list[RoleSpec]:
     L = job.launch
     specs = [RoleSpec(REGISTRY, REGISTRY)]
     trained = job.multiagent.trained
-    if job.traits.decentralised and len(trained) > 1:  # a peer per trained policy
-        groups = [job.multiagent.group_of(p) for p in trained]
-        specs += [RoleSpec(PEER, f"peer-{i}", g) for i, g in enumerate(groups)]
-        specs += [RoleSpec(REPLAY, f"replay-{i}", g) for i, g in enumerate(groups)]
-        specs += [RoleSpec(EVALUATOR, f"evaluator-{e}", groups[0]) for e in range(L.evaluators)]
-        specs += [RoleSpec(SAMPLER, f"sampler-{i}", groups[0])
-                  for i in range(job.sampling.num_workers)]
-        return specs
-    if job.traits.decentralised:
+    if job.traits.decentralised and len(trained) <= 1:
         n = max(L.peers, 1)
         specs += [RoleSpec(PEER, f"peer-{p}", f"peer{p}") for p in range(n)]
         specs += [RoleSpec(REPLAY, f"replay-{p}", f"peer{p}") for p in range(n)]
@@ -45,13 +37,14 @@ def default_specs(job: Job) -> list[RoleSpec]:
         specs += [RoleSpec(SAMPLER, f"sampler-{p * per + i}", f"peer{p}")
                   for p in range(n) for i in range(per)]
         return specs
-    if len(trained) > 1:  # several trained policies: a learner and shards each
+    if len(trained) > 1:  # several trained policies: a learner (or peer) and shards each
         first = job.multiagent.group_of(trained[0])
-        specs += [RoleSpec(LEARNER, f"learner-{i}", job.multiagent.group_of(p))
+        # a DAPO peer has one shard, as in the single-agent topology
+        role, shards = (PEER, 1) if job.traits.decentralised else (LEARNER, L.replay_shards)
+        specs += [RoleSpec(role, f"{role}-{i}", job.multiagent.group_of(p))
                   for i, p in enumerate(trained)]
-        specs += [RoleSpec(REPLAY, f"replay-{i * L.replay_shards + j}",
-                           job.multiagent.group_of(p))
-                  for i, p in enumerate(trained) for j in range(L.replay_shards)]
+        specs += [RoleSpec(REPLAY, f"replay-{i * shards + j}", job.multiagent.group_of(p))
+                  for i, p in enumerate(trained) for j in range(shards)]
         specs += [RoleSpec(EVALUATOR, f"evaluator-{i}", first) for i in range(L.evaluators)]
         specs += [RoleSpec(SAMPLER, f"sampler-{i}", first)
                   for i in range(job.sampling.num_workers)]

@@ -4,6 +4,7 @@ several agents yet, and a few episodes played with random legal actions."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 from ..config import Job
@@ -67,8 +68,7 @@ def _peer_problems(job: Job) -> list[str]:
             s = policy_spec(job.environment, ma, p)
         except AgentEnvError:
             return []  # reported above
-        shapes[p] = (s.obs_shape, s.discrete, s.n_actions, s.action_shape, s.obs, s.nvec,
-                     s.mask, s.critic_only)
+        shapes[p] = dataclasses.replace(s, agents=())  # the spec but for whose it is
     first = ma.trained[0]
     odd = [p for p in ma.trained if shapes[p] != shapes[first]]
     if odd:

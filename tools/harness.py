@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,22 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def free_ports(width: int = 60) -> tuple[int, int]:
-    """A free block below Linux's ephemeral range, so no outgoing connection takes it."""
-    import random
+    """A free block below Linux's ephemeral range, so no outgoing connection takes it
+    (the package's own, which `verl sweep` gives each trial's job)."""
+    from verl_zmq.ops.sweep import free_port_range
 
-    for _ in range(200):
-        lo = random.randrange(20000, 32000 - width)
-        ok = True
-        for p in range(lo, lo + 8):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return lo, lo + width
-    raise RuntimeError("no free port range")
+    return free_port_range(width)
 
 
 def poll(pred, timeout: float, every: float = 0.25):

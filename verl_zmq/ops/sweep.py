@@ -39,6 +39,7 @@ from typing import Any
 from ..config import load_job
 from ..config.writing import job_to_dict
 from .runs import flatten
+from .runview import RunView
 from .sweep_report import trial_line
 from .sweep_space import Space
 
@@ -70,7 +71,8 @@ class SweepRun:
 
 
 def free_port_range(width: int = 60) -> tuple[int, int]:
-    """A block of free ports below Linux's ephemeral range for one trial's job."""
+    """A block of free ports below Linux's ephemeral range (so no outgoing
+    connection takes one) for a job's `launch.port_range`: each trial's own."""
     for _ in range(200):
         lo = random.randrange(20000, 32000 - width)
         try:
@@ -80,40 +82,23 @@ def free_port_range(width: int = 60) -> tuple[int, int]:
         except OSError:
             continue
         return lo, lo + width
-    raise RuntimeError("no free block of ports for a trial")
+    raise RuntimeError("no free port range")
 
 
-def evaluations(run: Path) -> list[dict[str, Any]]:
-    """A trial's evaluations so far, in order (complete lines only)."""
-    path = run / "logs" / "evaluator-0.jsonl"
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue  # a line being written
-        if e.get("event") == "evaluated" and isinstance(e.get("eval/return_mean"), int | float):
-            out.append(e)
-    return out
-
-
-def score(evs: list[dict[str, Any]], space: Space) -> tuple[float, dict[str, Any]]:
-    """The objective of a finished trial's evaluations, and what it came from."""
+def score(evs: list[tuple[int, float, float]], space: Space) -> tuple[float, dict[str, Any]]:
+    """The objective of a finished trial's evaluations (its run view's: env steps,
+    score, time), and what it came from."""
     if not evs:
         raise TrialFailed("the job ended with no evaluation")
-    rets = [float(e["eval/return_mean"]) for e in evs]
-    best, steps = max(rets), int(evs[-1]["env_steps"])
+    rets = [r for _, r, _ in evs]
+    best, steps = max(rets), evs[-1][0]
     info = {"best_return": best, "final_return": rets[-1], "env_steps": steps}
     if space.metric == "best_return":
         return best, info
     if space.metric == "final_return":
         return rets[-1], info
     assert space.target is not None
-    hit = next((int(e["env_steps"]) for e, r in zip(evs, rets) if r >= space.target), None)
+    hit = next((n for n, r, _ in evs if r >= space.target), None)
     info["reached"] = hit is not None
     if hit is not None:
         return float(hit), info
@@ -181,6 +166,7 @@ def _one_run(s: SweepRun, trial: Any, run: Path, sets: list[str], prune: bool
     with open(log_path, "w") as log:
         proc = subprocess.Popen(_launch_argv(s, run, sets), stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
+    view = RunView(run, keep_train=False)
     seen, pruned = 0, False
     while proc.poll() is None:
         if time.monotonic() - t0 > s.trial_timeout_s:
@@ -189,9 +175,10 @@ def _one_run(s: SweepRun, trial: Any, run: Path, sets: list[str], prune: bool
         if STOPPING.is_set():  # the sweep is stopping: so does this trial's job
             _stop(proc)
             raise TrialFailed("the sweep was stopped")
-        evs = evaluations(run)
+        view.poll()  # the trial's logs, read on from where they were
+        evs = view.evals
         for i in range(seen, len(evs) if prune else seen):
-            best = max(float(x["eval/return_mean"]) for x in evs[:i + 1])
+            best = max(r for _, r, _ in evs[:i + 1])
             trial.report(-best if s.space.minimize else best, i)
             if trial.should_prune():
                 pruned = True
@@ -201,9 +188,10 @@ def _one_run(s: SweepRun, trial: Any, run: Path, sets: list[str], prune: bool
             _stop(proc)
             break
         time.sleep(POLL_S)
-    evs = evaluations(run)
+    view.poll()
+    evs = view.evals
     if pruned:
-        trial.set_user_attr("env_steps", int(evs[-1]["env_steps"]) if evs else 0)
+        trial.set_user_attr("env_steps", evs[-1][0] if evs else 0)
         trial.set_user_attr("wall_s", round(time.monotonic() - t0, 1))
         raise optuna.TrialPruned(f"at evaluation {seen}")
     if proc.returncode != 0:

@@ -241,7 +241,7 @@ class Tracking:
         from .tb import Charts
 
         self.job, self.run_dir, self.log = job, run_dir, log
-        self.charts = Charts(run_dir, job_text, view, log) \
+        self.charts = Charts(run_dir, job_text, log) \
             if "tensorboard" in job.logging.backends else None
         self.stream = ScalarStream(view)
         self.failures: queue.SimpleQueue[tuple[str, str, str]] = queue.SimpleQueue()
@@ -276,14 +276,15 @@ class Tracking:
         self.log.info("tracking_started", backend=backend, run_id=run_id)
 
     def write(self, events: list[dict[str, Any]], final: bool = False) -> None:
-        """New log events, from the launcher's loop: charted, and sent on to the
-        other backends, never waited for (`final`: the job's last)."""
-        if self.charts is not None:
-            self.charts.write(events, final=final)
+        """New log events, from the launcher's loop: their scalars, made once,
+        charted and sent on to the other backends, never waited for (`final`: the
+        job's last)."""
         self._say_failures()
-        if not self.threads:
+        if self.charts is None and not self.threads:
             return
         rows = self.stream.take(events)
+        if self.charts is not None:
+            self.charts.write(events, rows, final=final)
         for t in self.threads:
             t.put(rows)
 

@@ -12,11 +12,14 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from verl_zmq.config.roles import role_traits
 from verl_zmq.log import errno_name, readable
 from verl_zmq.ops.runview import RunView
+
+if TYPE_CHECKING:
+    from verl_zmq.config.multiagent import MultiAgent
 
 # the fields every event carries: not what a user needs to read about a warning
 BOILERPLATE = {"ts", "level", "event", "role", "id", "group", "incarnation", "host", "pid",
@@ -226,12 +229,12 @@ def _short_path(p: Path | str) -> str:
     return str(p)
 
 
-def best_checkpoints(run_dir: Path, trained: list[str]) -> dict[str, str]:
+def best_checkpoints(run_dir: Path, ma: MultiAgent) -> dict[str, str]:
     """The best.pt files a run holds: {"": checkpoints/best.pt}, or with several
     trained policies each one's own, {policy: checkpoints/<policy>/best.pt}."""
-    bests = {p: run_dir / "checkpoints" / p / "best.pt" for p in trained} \
-        if len(trained) > 1 else {"": run_dir / "checkpoints" / "best.pt"}
-    return {p: str(b) for p, b in bests.items() if b.exists()}
+    bests = {f: run_dir / "checkpoints" / f / "best.pt"
+             for f in map(ma.checkpoint_folder, ma.trained)}
+    return {f: str(b) for f, b in bests.items() if b.exists()}
 
 
 def closing_block(summary: dict[str, Any], run_dir: Path, where: str) -> str:

@@ -370,7 +370,7 @@ class Supervisor:
         outcome = EXIT_CHECKPOINTS if missing and self.outcome == EXIT_DONE else self.outcome
         status = {EXIT_DONE: "done", EXIT_FAILED: "failed", EXIT_INTERRUPTED: "interrupted",
                   EXIT_CHECKPOINTS: "done"}
-        found = best_checkpoints(self.run_dir, self.job.multiagent.trained)
+        found = best_checkpoints(self.run_dir, self.job.multiagent)
         return {
             "experiment": self.job.experiment.name,
             "env_id": self.job.environment.id,

@@ -93,6 +93,11 @@ class MultiAgent:
         policy trains (the single-agent topology), else the policy's own name."""
         return "main" if len(self.trained) <= 1 else policy
 
+    def checkpoint_folder(self, policy: str) -> str:
+        """Where a trained policy's checkpoints and best.pt go under checkpoints/:
+        there itself ("") where one policy trains, else a folder of its name."""
+        return "" if len(self.trained) <= 1 else policy
+
     def policy_of_group(self, group: str) -> str:
         """The trained policy a group's learner and shard serve."""
         trained = self.trained

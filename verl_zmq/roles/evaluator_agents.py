@@ -163,10 +163,7 @@ class MultiAgentEvaluator(EvaluatorRole):
         return list(out.values())
 
     def _best_path(self, msg: wire.Params) -> Path:
-        base = Path(self.ctx.run_dir) / "checkpoints"
-        if len(self.job.multiagent.trained) > 1:
-            return base / self._policy_of(msg.src) / "best.pt"
-        return base / "best.pt"
+        return self._best_path_of(self._policy_of(msg.src))
 
     def _keep_best(self, what: tuple[Any, ...]) -> None:
         """best.pt as the base writes it; the first trained policy's best also plays
@@ -184,9 +181,8 @@ class MultiAgentEvaluator(EvaluatorRole):
         super()._keep_best(what)
 
     def _best_path_of(self, policy: str) -> Path:
-        base = Path(self.ctx.run_dir) / "checkpoints"
-        return base / policy / "best.pt" if len(self.job.multiagent.trained) > 1 \
-            else base / "best.pt"
+        folder = self.job.multiagent.checkpoint_folder(policy)
+        return Path(self.ctx.run_dir) / "checkpoints" / folder / "best.pt"
 
 
 ROLE = MultiAgentEvaluator

@@ -103,7 +103,7 @@ class LearnerRole(Role):
         """checkpoints/, or a multi-agent job's checkpoints/<policy>/ where several
         policies train (each its own learner)."""
         base = Path(self.ctx.run_dir) / "checkpoints"
-        return base / self.policy if len(self.job.multiagent.trained) > 1 else base
+        return base / self.job.multiagent.checkpoint_folder(self.policy)
 
     @property
     def primary(self) -> bool:

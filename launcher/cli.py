@@ -78,7 +78,7 @@ def kubernetes(job_path: str, overrides, out_dir: str | None, apply_k8s: bool) -
               help="Override a job key: section.key=value (a TOML value, else a string).")
 @click.option("--dry-run", is_flag=True,
               help="Check the job and its env as a launch does and print the plan; start "
-                   "nothing and contact no host.")
+                   "nothing and contact no host (a Ray cluster is asked for its nodes).")
 @click.option("--resume", "resume", default=None, type=click.Path(file_okay=False),
               help="Continue the run in this run folder (its job and hosts unless given); "
                    "`auto`: the newest checkpointed run of JOB, else a new run.")
@@ -89,15 +89,24 @@ def kubernetes(job_path: str, overrides, out_dir: str | None, apply_k8s: bool) -
               help="k8s: write the manifests into this folder.")
 @click.option("--apply", "apply_k8s", is_flag=True,
               help="k8s: hand the manifests to `kubectl apply`.")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="Run every role as an actor on the Ray cluster at ADDRESS (the same as "
+                   "HOSTS `ray:ADDRESS`; HOSTS `ray`: RAY_ADDRESS, else Ray's `auto`).")
 @click.option("--no-env-check", "no_env_check", is_flag=True,
               help="Do not reset and step the env before starting (it is still built).")
 @click.option("-v", "--verbose", is_flag=True, help="Show the launcher's own events.")
 @click.version_option(__version__, "--version", prog_name="verl-launch")
 def main(hosts_spec, job_path, overrides, dry_run, resume, run_dir, out_dir, apply_k8s,
-         no_env_check, verbose):
-    """Start a whole job: HOSTS is a hosts file, `local` or `slurm`; JOB a job file.
-    HOSTS `k8s` writes the job's Kubernetes manifests instead (-o DIR, --apply).
-    `verl-launch --resume RUN_DIR` continues a run with its own job and hosts."""
+         ray_address, no_env_check, verbose):
+    """Start a whole job: HOSTS is a hosts file, `local`, `slurm` or `ray` (a Ray
+    cluster's nodes); JOB a job file. HOSTS `k8s` writes the job's Kubernetes
+    manifests instead (-o DIR, --apply). `verl-launch --resume RUN_DIR` continues
+    a run with its own job and hosts."""
+    if ray_address is not None:
+        if job_path is not None:
+            _bad(f"--ray {ray_address} names the hosts: give only the job file, not "
+                 f"{hosts_spec!r} too")
+        hosts_spec, job_path = f"ray:{ray_address}", hosts_spec
     if hosts_spec == "k8s":
         kubernetes(job_path, overrides, out_dir, apply_k8s)
         return

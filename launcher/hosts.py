@@ -1,5 +1,6 @@
-"""Hosts: a hosts file, `local`, or `slurm` (the current allocation's nodes, where
-roles start as job steps through `srun`).
+"""Hosts: a hosts file, `local`, `slurm` (the current allocation's nodes, where
+roles start as job steps through `srun`), or `ray` (a Ray cluster's nodes, where
+roles start as actors: ray_target.py).
 
 Hosts file: one host a line,
     [user@]host[:port] [slots=N] [gpus=N] [roles=a,b,...] [python=PATH] [workdir=PATH]
@@ -37,10 +38,14 @@ class Host:
     roles: tuple[str, ...] = ()  # empty: any role
     python: str = ""
     workdir: str = ""
-    # how roles start there: "ssh", or "srun" (a node of the Slurm allocation we run in:
-    # roles are job steps, so Slurm accounts, confines and cleans them up)
+    # how roles start there: "ssh", "srun" (a node of the Slurm allocation we run in:
+    # roles are job steps, so Slurm accounts, confines and cleans them up), or "ray"
+    # (a node of a Ray cluster: roles are actors, launcher/ray_target.py)
     via: str = "ssh"
-    node: str = ""  # the Slurm node name (srun --nodelist) where `address` is its NodeAddr
+    # the Slurm node name (srun --nodelist) where `address` is its NodeAddr; a Ray
+    # node's id
+    node: str = ""
+    cluster: str = ""  # via "ray": the cluster's address
     line: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -196,11 +201,16 @@ def node_addresses(names: list[str]) -> dict[str, str]:
 
 
 def load_hosts(spec: str) -> list[Host]:
-    """HOSTS as given on the command line: a file, `local` or `slurm`."""
+    """HOSTS as given on the command line: a file, `local`, `slurm`, or `ray`
+    (`ray:ADDRESS`)."""
     if spec == "local":
         return [Host(address="127.0.0.1")]
     if spec == "slurm":
         return slurm_hosts()
+    if spec == "ray" or spec.startswith("ray:"):
+        from .ray_target import ray_hosts
+
+        return ray_hosts(spec)
     path = Path(spec)
     try:
         text = path.read_text()

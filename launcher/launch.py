@@ -93,7 +93,7 @@ def plan_job(job: Job, hosts_spec: str | None, run_dir: str | None, resume: str 
         rd = Path(resume)
         return rd, Plan.from_json((rd / "plan.json").read_text(), job.registry_port)
     if hosts_spec is None:
-        raise LaunchError("no HOSTS given: a hosts file, `local` or `slurm`")
+        raise LaunchError("no HOSTS given: a hosts file, `local`, `slurm` or `ray`")
     plan = make_plan(job, load_hosts(hosts_spec))
     rd = Path(run_dir) if run_dir else (Path(job.experiment.runs_dir) / run_name(job, overrides)
                                         / time.strftime("%Y%m%d-%H%M%S"))

@@ -1,8 +1,9 @@
 """What the supervisor does when a role's host is gone (`LostHosts`, which it
 owns): over SSH, probe it with backoff and restart the role there when it
-answers (a vital role fails the job at once); in a Slurm allocation, start the
-role again as a step on the least loaded node left (srun ends a failed node's
-steps with exit code 0 and says so on stderr)."""
+answers (a vital role fails the job at once); in a Slurm allocation or on a Ray
+cluster, start the role again on the least loaded node left (srun ends a failed
+node's steps with exit code 0 and says so on stderr; a Ray role's driver exits
+with `NODE_LOST`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from .remote import RoleProcess, check_reachable, full_argv
 SSH_LOST = 255  # ssh's own exit code: the connection failed or broke
 MAX_PROBE_S = 30.0  # the longest wait between two probes of a lost host
 NODE_FAILURE = "srun: error: Node failure on"  # what srun says of a step whose node died
+CLUSTER = {"srun": "Slurm node", "ray": "Ray node"}
 
 
 class LostHosts:
@@ -39,21 +41,23 @@ class LostHosts:
         self.lost: dict[str, set[str]] = {}
 
     async def move_off(self, rp: RoleProcess, host: Host) -> bool:
-        """A Slurm node of the allocation failed under a role: the role starts again
-        as a step on the node of the allocation that is not lost and runs the fewest
-        roles (True); the registry, whose address every member holds, cannot move:
-        the job fails with a line naming the node."""
+        """A node of a Slurm allocation or a Ray cluster failed under a role: the role
+        starts again on the node of the same cluster that is not lost and runs the
+        fewest roles (True); the registry, whose address every member holds, cannot
+        move: the job fails with a line naming the node."""
         p = rp.placement
+        kind = CLUSTER[host.via]
+        name = host.node if host.via == "srun" and host.node else host.address
         self.lost.setdefault(host.address, set()).add(p.member_id)
         self.log.error("host_lost", host=host.address, node=host.node, member=p.member_id,
-                       member_role=p.role, error="Slurm node failure")
+                       member_role=p.role, error=f"{kind} failure")
         alive = [i for i, h in enumerate(self.plan.hosts)
-                 if h.via == "srun" and h.address not in self.lost]
+                 if h.via == host.via and h.address not in self.lost]
         if role_traits(p.role).rendezvous or not alive:
             self.fate.failed.append(p.member_id)
-            self.term.say(f"error: Slurm node {host.node or host.address} failed: its "
+            self.term.say(f"error: {kind} {name} failed: its "
                           f"{p.role} {p.member_id} is lost"
-                          f"{'' if alive else ' and no node of the allocation is left'}, "
+                          f"{'' if alive else ' and no node of the cluster is left'}, "
                           f"the job fails")
             self.fail_job()
             return False
@@ -70,8 +74,8 @@ class LostHosts:
         to = self.plan.host_of(moved)
         self.log.warning("role_moved", member=p.member_id, member_role=p.role,
                          host=to.address, node=to.node, pid=rp.process.pid)
-        self.term.say(f"warning: Slurm node {host.node or host.address} failed: "
-                      f"{p.member_id} restarted on {to.node or to.address}")
+        self.term.say(f"warning: {kind} {name} failed: {p.member_id} restarted on "
+                      f"{to.node if to.via == 'srun' and to.node else to.address}")
         return True
 
     async def host_lost(self, rp: RoleProcess, host: Host) -> bool:

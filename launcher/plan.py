@@ -2,7 +2,8 @@
 
 The registry goes first (on the first host that allows it); learners, peers
 and replay shards go where they are allowed, filling hosts in order; samplers
-are spread round-robin over the hosts that allow them. `slots` bounds the
+are spread round-robin over the hosts that allow them (on a Ray cluster with
+`launch.ray.placement = "pack"`, they fill hosts in order too). `slots` bounds the
 number of roles (or, with `resources.<role>.cpu`, the cpus) put on a host.
 A role with `resources.<role>.gpu = n` gets the next n GPUs of its host, its
 own (`gpus=` in the hosts file bounds them), recorded in plan.json and exposed
@@ -119,6 +120,8 @@ def make_plan(job: Job, hosts: list[Host]) -> Plan:
                        f"(sbatch -N / --ntasks-per-node), or run fewer roles")
             raise HostsError(f"cannot place {member_id}: {why}")
         placing = role_traits(role).placing
+        if hosts[0].via == "ray" and job.launch.ray.placement == "pack":
+            placing = Placing.FIRST
         # a peer's samplers go where their peer went (when that host allows them and
         # has room): each peer's envs, shard and updates stay on one machine
         leader = (_group_host(placements, group,

@@ -27,6 +27,7 @@ from verl_zmq.config import Job
 from .forking import ForkedProcess, ForkServer, forkable
 from .hosts import Host
 from .plan import Placement, Plan
+from .ray_target import ray_argv
 from .relay import LogRelay
 
 SSH_BASE = ["ssh", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=5",
@@ -103,6 +104,8 @@ def full_argv(job: Job, plan: Plan, p: Placement, run_dir: Path,
     host = plan.host_of(p)
     if host.is_local:
         return inner
+    if host.via == "ray":
+        return ray_argv(job, host, p, inner, standby)
     return srun_argv(job, host, p, inner) if host.via == "srun" else ssh_argv(job, host, inner)
 
 

@@ -26,6 +26,7 @@ from .forking import ForkedProcess, ForkServer, from_zygote, own_cpus, zygote_mo
 from .hooks import Hooks
 from .lost import NODE_FAILURE, SSH_LOST, LostHosts
 from .plan import Placement, Plan
+from .ray_step import NODE_LOST
 from .relay import relay_events
 from .remote import RoleProcess, full_argv, last_lines, make_bundle
 from .report import CHECKPOINT_EVENTS, Progress, Terminal, best_checkpoints, trainer_ids
@@ -134,6 +135,10 @@ class Supervisor:
             self.errors[p.member_id] = err
             self.log.warning("role_died", member=p.member_id, member_role=p.role, exit_code=rc,
                              restarts=rp.restarts, last_error=err)
+            if rc == NODE_LOST and host.via == "ray":  # its node went: Ray places it anew
+                if await self.hosts.move_off(rp, host):
+                    continue
+                return
             if rc == SSH_LOST and host.by_ssh:  # the host went, not the role
                 if await self.hosts.host_lost(rp, host):
                     continue  # it answers again: the role was restarted there

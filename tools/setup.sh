@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv in the checkout (once) and install verl-zmq with the extras the
 # tests exercise (test, tensorboard, onnx, plot, dashboard, llm, tracking,
-# serve, tune); EXTRAS overrides.
+# serve, tune, ray); EXTRAS overrides.
 # torch is pinned to the CPU build that pip finds for this machine kind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,4 +14,4 @@ if ! python -c "import torch" 2>/dev/null; then
   python -m pip install -q --upgrade pip
   python -m pip install -q "torch==2.13.0"
 fi
-python -m pip install -q -e ".[${EXTRAS:-test,tensorboard,onnx,plot,dashboard,llm,tracking,serve,tune}]"
+python -m pip install -q -e ".[${EXTRAS:-test,tensorboard,onnx,plot,dashboard,llm,tracking,serve,tune,ray}]"

@@ -11,7 +11,7 @@ TOML writer.
 
 from .algo_params import DAPOParams, DQNParams, GRPOParams, Params, PPOParams, SACParams
 from .algorithms import ALGO_PARAMS, ALGORITHMS, NAMES, Row, Traits
-from .deployment import K8s, Launch, Resources, RoleResources, Security
+from .deployment import K8s, Launch, RayTarget, Resources, RoleResources, Security
 from .loading import apply_override, build_job, load_job, loads_job, parse_override
 from .multiagent import AgentPolicy, League, MultiAgent
 from .sections import (
@@ -38,7 +38,7 @@ __all__ = [
     "ALGO_PARAMS", "ALGORITHMS", "NAMES", "Params", "Row", "Traits", "REQUIRED_SECTIONS",
     "Algorithm", "BehaviourCloning", "Checkpoint", "ConfigError", "DAPOParams", "DQNParams",
     "Environment", "Evaluation", "Experiment", "GRPOParams", "Gossip", "Job", "K8s", "Launch",
-    "Logging", "PPOParams", "Policy", "Replay", "Resources", "RoleResources", "SACParams",
+    "Logging", "PPOParams", "Policy", "RayTarget", "Replay", "Resources", "RoleResources", "SACParams",
     "Sampling", "Security", "Training", "toml_value", "apply_override", "build_job",
     "dumps_job", "dumps_toml", "job_to_dict", "load_job", "loads_job", "parse_override"
 ]

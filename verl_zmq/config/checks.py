@@ -36,6 +36,7 @@ def check_semantics(job: Job, source: str) -> None:
         ("launch.heartbeat_interval_s", lr.heartbeat_interval_s),
         ("launch.heartbeat_liveness", lr.heartbeat_liveness),
         ("launch.restart_window_s", lr.restart_window_s),
+        ("launch.ray.start_timeout_s", lr.ray.start_timeout_s),
         ("logging.interval_s", job.logging.interval_s),
         ("evaluation.interval_steps", job.evaluation.interval_steps),
         ("evaluation.n_eval_episodes", job.evaluation.n_eval_episodes),

@@ -35,6 +35,16 @@ class K8s:
 
 
 @dataclass(frozen=True)
+class RayTarget:
+    """How `verl-launch ray JOB` uses a Ray cluster's nodes."""
+
+    # spread: samplers round-robin over the nodes (as on any hosts); pack: every
+    # role on the first node with room, the head first
+    placement: Literal["spread", "pack"] = "spread"
+    start_timeout_s: float = 120.0  # a role's actor not placed by then: it failed to start
+
+
+@dataclass(frozen=True)
 class Launch:
     """How many of each role, ports, liveness, restarts, remote start."""
 
@@ -59,6 +69,7 @@ class Launch:
     workdir: str = ""  # cd here on remote hosts before starting a role
     ssh_options: list[str] = field(default_factory=list)  # extra ssh arguments
     k8s: K8s = field(default_factory=K8s)  # verl-launch k8s: image, namespace, volume
+    ray: RayTarget = field(default_factory=RayTarget)  # verl-launch ray: placement, timeout
 
     @property
     def liveness_timeout_s(self) -> float:

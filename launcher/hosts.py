@@ -201,16 +201,12 @@ def node_addresses(names: list[str]) -> dict[str, str]:
 
 
 def load_hosts(spec: str) -> list[Host]:
-    """HOSTS as given on the command line: a file, `local`, `slurm`, or `ray`
-    (`ray:ADDRESS`)."""
+    """HOSTS as given on the command line: a file, `local` or `slurm` (a Ray
+    cluster's, `ray` or `ray:ADDRESS`, come from ray_target.ray_hosts)."""
     if spec == "local":
         return [Host(address="127.0.0.1")]
     if spec == "slurm":
         return slurm_hosts()
-    if spec == "ray" or spec.startswith("ray:"):
-        from .ray_target import ray_hosts
-
-        return ray_hosts(spec)
     path = Path(spec)
     try:
         text = path.read_text()

@@ -29,6 +29,7 @@ from .hosts import HostsError, load_hosts
 from .looprun import run_loop
 from .plan import Plan, make_plan
 from .ports import PortTaken, choose_registry_port, registry_host, release
+from .ray_target import is_ray, ray_hosts
 from .remote import check_reachable
 from .report import Terminal, closing_block, fmt_return, write_summary
 from .supervisor import EXIT_BAD_INPUT, EXIT_FAILED, Supervisor
@@ -94,7 +95,8 @@ def plan_job(job: Job, hosts_spec: str | None, run_dir: str | None, resume: str 
         return rd, Plan.from_json((rd / "plan.json").read_text(), job.registry_port)
     if hosts_spec is None:
         raise LaunchError("no HOSTS given: a hosts file, `local`, `slurm` or `ray`")
-    plan = make_plan(job, load_hosts(hosts_spec))
+    hosts = ray_hosts(hosts_spec) if is_ray(hosts_spec) else load_hosts(hosts_spec)
+    plan = make_plan(job, hosts)
     rd = Path(run_dir) if run_dir else (Path(job.experiment.runs_dir) / run_name(job, overrides)
                                         / time.strftime("%Y%m%d-%H%M%S"))
     if (rd / "plan.json").exists():  # its checkpoints would be picked up silently

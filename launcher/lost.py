@@ -19,12 +19,21 @@ from verl_zmq.config.roles import role_traits
 from .fate import Fate
 from .hosts import Host
 from .plan import Plan
+from .ray_step import NODE_LOST
 from .remote import RoleProcess, check_reachable, full_argv
 
 SSH_LOST = 255  # ssh's own exit code: the connection failed or broke
 MAX_PROBE_S = 30.0  # the longest wait between two probes of a lost host
 NODE_FAILURE = "srun: error: Node failure on"  # what srun says of a step whose node died
 CLUSTER = {"srun": "Slurm node", "ray": "Ray node"}
+
+
+def node_failed(rp: RoleProcess, host: Host, rc: int) -> bool:
+    """Whether the role ended because its Slurm or Ray node died: srun ends such a
+    step with exit code 0 and says so on stderr; a Ray role's driver exits with
+    NODE_LOST."""
+    return (host.via == "srun" and NODE_FAILURE in rp.err_tail(5)) or \
+        (host.via == "ray" and rc == NODE_LOST)
 
 
 class LostHosts:
@@ -49,8 +58,9 @@ class LostHosts:
         kind = CLUSTER[host.via]
         name = host.node if host.via == "srun" and host.node else host.address
         self.lost.setdefault(host.address, set()).add(p.member_id)
-        self.log.error("host_lost", host=host.address, node=host.node, member=p.member_id,
-                       member_role=p.role, error=f"{kind} failure")
+        self.log.error("host_lost", host=host.address, member=p.member_id, member_role=p.role,
+                       error=f"{kind} failure", **({"node": host.node} if name != host.address
+                                                   else {}))
         alive = [i for i, h in enumerate(self.plan.hosts)
                  if h.via == host.via and h.address not in self.lost]
         if role_traits(p.role).rendezvous or not alive:
@@ -73,7 +83,8 @@ class LostHosts:
         await rp.start()
         to = self.plan.host_of(moved)
         self.log.warning("role_moved", member=p.member_id, member_role=p.role,
-                         host=to.address, node=to.node, pid=rp.process.pid)
+                         host=to.address, pid=rp.process.pid,
+                         **({"node": to.node} if to.via == "srun" else {}))
         self.term.say(f"warning: {kind} {name} failed: {p.member_id} restarted on "
                       f"{to.node if to.via == 'srun' and to.node else to.address}")
         return True

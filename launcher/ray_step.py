@@ -82,8 +82,7 @@ def _gone(ray: Any, member: str, where: dict[str, Any], why: str) -> int:
     deadline = time.monotonic() + CONFIRM_S
     while time.monotonic() < deadline:
         if not _node_alive(ray, where["node"]):
-            _say(f"ray: node {where['ip']} ({where['node'][:12]}) is lost, and {member} "
-                 f"with it")
+            _say(f"ray: node {where['ip']} is lost, and {member} with it")
             return NODE_LOST
         time.sleep(1.0)
     _say(f"ray: the actor of {member} on {where['ip']} ended: {why}")

@@ -23,6 +23,11 @@ from .plan import Placement
 NODES_TIMEOUT_S = 60.0
 
 
+def is_ray(spec: str) -> bool:
+    """Whether HOSTS names a Ray cluster: `ray` or `ray:ADDRESS`."""
+    return spec == "ray" or spec.startswith("ray:")
+
+
 def ray_address(spec: str) -> str:
     """`ray` (RAY_ADDRESS, else Ray's own `auto`: the cluster this machine is part
     of) or `ray:ADDRESS`."""

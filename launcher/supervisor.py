@@ -24,9 +24,8 @@ from .affinity import cpu_specs
 from .fate import Fate, restart_delay
 from .forking import ForkedProcess, ForkServer, from_zygote, own_cpus, zygote_modules
 from .hooks import Hooks
-from .lost import NODE_FAILURE, SSH_LOST, LostHosts
+from .lost import SSH_LOST, LostHosts, node_failed
 from .plan import Placement, Plan
-from .ray_step import NODE_LOST
 from .relay import relay_events
 from .remote import RoleProcess, full_argv, last_lines, make_bundle
 from .report import CHECKPOINT_EVENTS, Progress, Terminal, best_checkpoints, trainer_ids
@@ -121,8 +120,7 @@ class Supervisor:
                 return
             p = rp.placement
             host = self.plan.host_of(p)
-            if host.via == "srun" and NODE_FAILURE in rp.err_tail(5):
-                # srun ends a step whose node died with exit code 0: it did not finish
+            if node_failed(rp, host, rc):  # however it exited, it did not finish
                 if await self.hosts.move_off(rp, host):
                     continue
                 return
@@ -135,10 +133,6 @@ class Supervisor:
             self.errors[p.member_id] = err
             self.log.warning("role_died", member=p.member_id, member_role=p.role, exit_code=rc,
                              restarts=rp.restarts, last_error=err)
-            if rc == NODE_LOST and host.via == "ray":  # its node went: Ray places it anew
-                if await self.hosts.move_off(rp, host):
-                    continue
-                return
             if rc == SSH_LOST and host.by_ssh:  # the host went, not the role
                 if await self.hosts.host_lost(rp, host):
                     continue  # it answers again: the role was restarted there

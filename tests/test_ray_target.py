@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from launcher.hosts import Host, HostsError, load_hosts
+from launcher.hosts import Host, HostsError
 from launcher.plan import make_plan
-from launcher.ray_target import ray_argv
+from launcher.ray_target import ray_argv, ray_hosts
 from tests.conftest import CONFIGS, PY, ROOT, read_events, sampler_sampling, wait_for
 from tools.hosts.ray_cluster import RayCluster, unavailable
 from verl_zmq.config import load_job
@@ -56,7 +56,7 @@ def test_an_unreachable_cluster_is_a_clear_error_at_once(ports):
     t0 = time.monotonic()
     with pytest.raises(HostsError, match=r"cannot reach the cluster at 127\.0\.0\.1:\d+: "
                                          r"Connection refused"):
-        load_hosts(f"ray:127.0.0.1:{free_port}")
+        ray_hosts(f"ray:127.0.0.1:{free_port}")
     assert time.monotonic() - t0 < 30
     r = subprocess.run([PY, "-m", "launcher", "--ray", f"127.0.0.1:{free_port}",
                         str(CONFIGS / "cartpole_ppo.toml"), "--dry-run"],

@@ -38,7 +38,7 @@ __all__ = [
     "ALGO_PARAMS", "ALGORITHMS", "NAMES", "Params", "Row", "Traits", "REQUIRED_SECTIONS",
     "Algorithm", "BehaviourCloning", "Checkpoint", "ConfigError", "DAPOParams", "DQNParams",
     "Environment", "Evaluation", "Experiment", "GRPOParams", "Gossip", "Job", "K8s", "Launch",
-    "Logging", "PPOParams", "Policy", "RayTarget", "Replay", "Resources", "RoleResources", "SACParams",
-    "Sampling", "Security", "Training", "toml_value", "apply_override", "build_job",
+    "Logging", "PPOParams", "Policy", "RayTarget", "Replay", "Resources", "RoleResources",
+    "SACParams", "Sampling", "Security", "Training", "toml_value", "apply_override", "build_job",
     "dumps_job", "dumps_toml", "job_to_dict", "load_job", "loads_job", "parse_override"
 ]

@@ -174,3 +174,25 @@ class Flaky(Counting):
         if self.np_random.random() < 0.01:
             raise RuntimeError("flaky env: the simulator crashed")
         return super().step(action)
+
+
+class RewardScaleAfter(gym.Wrapper):
+    """Rewards multiplied by `factor` once this env has taken `after` steps: a job
+    whose returns change scale mid-run (health warnings: the critic, gradients)."""
+
+    def __init__(self, env, after: int = 500, factor: float = 1000.0):
+        super().__init__(env)
+        self.after, self.factor, self.steps = after, factor, 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.steps > self.after:
+            reward = float(reward) * self.factor
+        return obs, reward, terminated, truncated, info
+
+
+def zero_reward(prompt, response, meta) -> float:
+    """A reward that scores every response 0 (`environment.kwargs.reward =
+    "tests.envs:zero_reward"`): no group ever carries a learning signal."""
+    return 0.0

@@ -41,6 +41,7 @@ from ..log import write_failed
 from ..normalize import RunningMeanStd, obs_norm, scale_rewards
 from .critic_watch import CriticWatch
 from .data_parallel import LearnerGroup
+from .health import HealthWatch, max_entropy
 from .state import TrainState
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class Trainer:
         self.returns: deque[float] = deque(maxlen=100)
         self.last_metrics: dict[str, float] = {}
         self.critic = CriticWatch(rewards_scaled=job.environment.normalize_reward)
+        self.health = HealthWatch(job, max_entropy(spec), spikes=self.algo.on_policy)
         self.learn_s = 0.0
         self.stalls = Stalls(log, 2 * job.launch.liveness_timeout_s)
         # the policy's arrays as they were before the update running now (None: not
@@ -126,6 +128,8 @@ class Trainer:
         self.last_metrics = learned.metrics
         if (flat := self.critic.check(learned.metrics)) is not None:
             self.log.warning("critic_flat", version=self.state.version, **flat)
+        for event, fields in self.health.update(learned.metrics):
+            self.log.warning(event, version=self.state.version, **fields)
         self.log.debug("updated", version=self.state.version, learn_s=round(dt, 4))
         if self.updates_here == 0:  # this process trains: what a restart waits for
             self.log.info("first_update", version=self.state.version,

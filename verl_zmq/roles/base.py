@@ -104,6 +104,10 @@ class Role:
     def metrics(self) -> dict[str, float]:
         return {}
 
+    def reported(self, values: dict[str, Any]) -> None:
+        """After each metrics report: what a role reads in its own numbers (a
+        trainer's or shard's health warnings)."""
+
     def status(self) -> dict[str, float]:
         """Small numbers carried by each heartbeat (queue depths, versions)."""
         return {}

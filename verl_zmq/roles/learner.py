@@ -296,6 +296,10 @@ class LearnerRole(Role):
     def status(self) -> dict[str, float]:
         return {"env_steps": self.env_steps, "version": self.version}
 
+    def reported(self, values: dict[str, Any]) -> None:
+        for event, fields in self.trainer.health.report(self.name, values):
+            self.log.warning(event, version=self.version, **fields)
+
     def metrics(self) -> dict[str, float]:
         d, dt = self.rates.update(steps=self.env_steps, updates=self.algo.updates)
         r = self.name

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import numpy as np
 import zmq
@@ -26,6 +27,7 @@ from ..batch import job_layout
 from ..comm.messaging import decode, recv_frames
 from ..config.roles import REPLAY
 from ..envs.make import job_spec
+from ..learning.health import ShardHealth
 from ..log import write_failed
 from ..replay import snapshot, wal
 from ..replay.store import RejectedFragment
@@ -57,6 +59,7 @@ class ReplayRole(Role):
         self.batch_size: dict[bytes, int] = {}
         self.space = asyncio.Event()
         self.store = make_store(self.job, self.ctx.index)
+        self.health = ShardHealth(self.job)
         self.snapshot_dir = snapshot.snapshot_dir(self.ctx.run_dir, self.id)
         self.inserts = self.served = self.rejected = 0
         self.snapshots, self.snapshot_s = 0, 0.0  # periodic and on stop
@@ -311,6 +314,10 @@ class ReplayRole(Role):
                 "replay/snapshots": self.snapshots,
                 "replay/snapshot_s": round(self.snapshot_s, 3),
                 "replay/wal_bytes": self.wal.bytes_written if self.wal is not None else 0}
+
+    def reported(self, values: dict[str, Any]) -> None:
+        for event, fields in self.health.report(values):
+            self.log.warning(event, **fields)
 
 
 ROLE = ReplayRole

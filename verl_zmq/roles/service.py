@@ -84,6 +84,7 @@ def _log_metrics(role: Role, **extra: Any) -> None:
     values = role.metrics()
     values[f"{role.name}/wire_errors"] = role.wire_stats.errors
     role.log.info("metrics", **values, **extra)
+    role.reported({**values, **extra})
 
 
 async def _metrics_loop(role: Role) -> None:

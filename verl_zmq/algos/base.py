@@ -103,6 +103,8 @@ class Learned:
 
     metrics: dict[str, float] = field(default_factory=dict)
     priorities: np.ndarray | None = None
+    # what the update computed that charts may show (PPO: "advantages"), not copied
+    samples: dict[str, Any] = field(default_factory=dict)
 
 
 # a fragment -> None (drop it), or what is kept of it and the steps that count

@@ -352,7 +352,7 @@ class PPO(Algorithm[PG], Generic[PG]):
             self.kl_ctl.update(self.kl_ref, int(estimated.get("grpo/responses", n)))
         out.update(estimated)
         out.update(self.filter_stats)
-        return Learned(out)
+        return Learned(out, samples={"advantages": data["adv"]})
 
     def _epochs(self, data: dict[str, torch.Tensor], at: Progress,
                 mbs: int) -> tuple[dict[str, Any], int]:

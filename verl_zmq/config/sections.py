@@ -253,6 +253,9 @@ class Logging:
     # "offline": written to the run folder's wandb/, uploaded later with `wandb sync`
     wandb_mode: Literal["offline", "online"] = "offline"
     health: Health = field(default_factory=Health)  # warnings when learning goes wrong
+    # every this many updates a learner sends TensorBoard histograms of its batch's
+    # actions, its advantages and its weights, with each weight array's norm; 0: never
+    histograms_interval: int = 0
 
 
 @dataclass(frozen=True)

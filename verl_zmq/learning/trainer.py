@@ -42,6 +42,7 @@ from ..normalize import RunningMeanStd, obs_norm, scale_rewards
 from .critic_watch import CriticWatch
 from .data_parallel import LearnerGroup
 from .health import HealthWatch, max_entropy
+from .histograms import snapshot
 from .state import TrainState
 
 if TYPE_CHECKING:
@@ -130,6 +131,11 @@ class Trainer:
             self.log.warning("critic_flat", version=self.state.version, **flat)
         for event, fields in self.health.update(learned.metrics):
             self.log.warning(event, version=self.state.version, **fields)
+        every = self.job.logging.histograms_interval
+        if every and self.state.version % every == 0:
+            self.log.info("histograms", version=self.state.version, env_steps=steps,
+                          **snapshot(batch, learned.samples, self.algo.policy_module(),
+                                     self.state.version))
         self.log.debug("updated", version=self.state.version, learn_s=round(dt, 4))
         if self.updates_here == 0:  # this process trains: what a restart waits for
             self.log.info("first_update", version=self.state.version,

@@ -45,6 +45,29 @@ class TBWriter:
         summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
         self.writer.add_event(Event(wall_time=ts or time.time(), step=step, summary=summary))
 
+    def histograms(self, ev: dict) -> None:
+        """A learner's `histograms` event (learning/histograms.py): each histogram
+        under `<name>/<member>` and each weight array's norm under
+        `weights/<member>/<array>`, at its env steps."""
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
+
+        member, step, ts = ev.get("id", "?"), int(ev.get("env_steps", 0)), ev.get("ts")
+        values = []
+        for name, h in (ev.get("hist") or {}).items():
+            try:
+                proto = HistogramProto(min=h["min"], max=h["max"], num=h["num"], sum=h["sum"],
+                                       sum_squares=h["sum_squares"], bucket_limit=h["limits"],
+                                       bucket=h["counts"])
+            except (KeyError, TypeError, ValueError):
+                continue  # not one of ours
+            values.append(Summary.Value(tag=f"{name}/{member}", histo=proto))
+        if values:
+            self.writer.add_event(Event(wall_time=ts or time.time(), step=step,
+                                        summary=Summary(value=values)))
+        for name, norm in (ev.get("norms") or {}).items():
+            self._scalar(f"weights/{member}/{name}", norm, step, ts)
+
     def _text(self, tag: str, text: str) -> None:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
@@ -77,16 +100,20 @@ class Charts:
         self.t0 = time.monotonic()
         self.writer: TBWriter | None = None
         self.pending: list[Scalar] | None = [] if available() else None
+        self.pending_hist: list[dict] = []  # histograms events before the writer
 
     def write(self, events: list[dict], rows: list[Scalar], final: bool = False) -> None:
         """New log events (they say whether the job runs yet) and the scalars made of
         them."""
+        hist = [e for e in events if e.get("event") == "histograms"]
         if self.pending is not None:
             self.pending.extend(rows)  # none held a start before: it would have been made
+            self.pending_hist.extend(hist)
             started = any(e.get("event") in STARTED for e in events)
             if not (final or started or time.monotonic() - self.t0 >= MADE_AFTER_S):
                 return
             rows, self.pending = self.pending, None
+            hist, self.pending_hist = self.pending_hist, []
             try:
                 self.writer = TBWriter(self.run_dir, self.job_text)
             except Exception as e:  # never fail a job over its charts
@@ -94,6 +121,8 @@ class Charts:
         if self.writer is None:
             return
         try:
+            for ev in hist:
+                self.writer.histograms(ev)
             if final:
                 self.writer.close(rows)
             else:

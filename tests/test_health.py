@@ -53,8 +53,9 @@ def test_entropy_collapsed_and_stuck_at_max_once_each():
 def test_gradient_spikes_and_non_finite_numbers():
     w = HealthWatch(JOB)
     calm = [{"losses/grad_norm": 1.0 + 0.01 * (i % 5)} for i in range(25)]
-    assert _kinds(w, calm) == []
-    out = w.update({"losses/grad_norm": 50.0})
+    assert _kinds(w, calm + [{"losses/grad_norm": 50.0}] + calm[:5]) == []  # a lone one
+    assert _kinds(w, [{"losses/grad_norm": 50.0}]) == []
+    out = w.update({"losses/grad_norm": 60.0})
     assert [e for e, _ in out] == ["health_grad_spike"] and out[0][1]["factor"] > 10
     w = HealthWatch(JOB)
     assert _kinds(w, [{"losses/grad_norm": float("nan")}]) == ["health_grad_not_finite"]

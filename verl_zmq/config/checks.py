@@ -55,6 +55,31 @@ def check_semantics(job: Job, source: str) -> None:
     _check_multiagent(job, source)
     _check_gossip(job, source)
     _check_tracking(job, source)
+    _check_deterministic(job, source)
+
+
+def _check_deterministic(job: Job, source: str) -> None:
+    """What `experiment.deterministic` cannot repeat, named before anything starts."""
+    if not job.experiment.deterministic:
+        return
+    t, S, T = job.traits, job.sampling, job.training
+    why = ""
+    if not t.on_policy or t.decentralised or job.multiagent.policies:
+        why = ("it repeats single-agent on-policy jobs with one learner (PPO, APPO, GRPO); "
+               "off-policy replay, DAPO's gossip and multi-agent jobs are not repeatable")
+    elif T.num_learners != 1 or job.launch.learners != 1:
+        why = "data-parallel learners reduce gradients in arrival order: use one learner"
+    elif T.sync_interval_updates != 1:
+        why = "samplers must see every version: set training.sync_interval_updates = 1"
+    elif job.algorithm.policy.kind == "hf":
+        why = "Hugging Face models generate with kernels that do not repeat"
+    elif job.fragments_per_batch % S.num_workers:
+        why = (f"an update takes {job.fragments_per_batch} fragments, which "
+               f"sampling.num_workers = {S.num_workers} samplers cannot share equally: make "
+               f"algorithm.params.batch_size a multiple of num_workers x fragment_length x "
+               f"num_envs_per_worker ({S.num_workers * job.fragment_steps})")
+    if why:
+        raise ConfigError(f"{source}: experiment.deterministic: {why}")
 
 
 TRACKING = ("tensorboard", "mlflow", "wandb")

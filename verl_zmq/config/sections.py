@@ -34,6 +34,10 @@ class Experiment:
     resume_mode: Literal["disable", "auto"] = "disable"
     project: str = ""  # MLflow's experiment, W&B's project; "": the name
     tags: list[str] = field(default_factory=list)  # on the tracked run (MLflow, W&B)
+    # runs that repeat bit for bit (same seed, same job): samplers act in lock-step
+    # with the learner's versions, the learner takes fragments in a fixed order, one
+    # torch thread each with deterministic algorithms (docs/guides/reproducibility.md)
+    deterministic: bool = False
 
 
 @dataclass(frozen=True)
@@ -217,7 +221,9 @@ class Health:
     entropy_collapse: float = 0.02
     entropy_stuck: float = 0.98  # ...above this share, it is stuck at its maximum
     entropy_stuck_updates: int = 100  # stuck: this many updates in a row, from the first
-    grad_spike: float = 10.0  # a gradient norm this many times its recent median
+    # a gradient norm this many times the median of the 100 before it (3 such among
+    # the last 20 updates make the warning)
+    grad_spike: float = 10.0
     # explained variance below this on average over ev_updates (updates whose value
     # targets vary by over 5% of their size: near-constant returns explain nothing)
     ev_floor: float = 0.0

@@ -19,7 +19,8 @@ def make_feed(trainer: Trainer, links: LinkConfig) -> Feed:
                      fragment_steps=job.fragment_steps, max_lag=T.max_policy_lag,
                      max_fills=fill_batches(job),
                      fill_timeout_s=L.liveness_timeout_s,
-                     priorities=job.replay.mode == "prioritized")
+                     priorities=job.replay.mode == "prioritized",
+                     ordered=job.experiment.deterministic)
     if job.traits.on_policy:
         return FragmentFeed(links, trainer.state, job_layout(job, trainer.spec), cfg,
                             keep=trainer.algo.fragment_filter(), observe=trainer.observe)

@@ -42,7 +42,8 @@ class FragmentFeed:
         self.unreported_steps = 0  # env steps received since the trainer last asked
         self.keep = keep  # the algorithm's fragment filter
         self.observe = observe  # sees every accepted fragment (returns, obs statistics)
-        self.pending: deque[tuple[int, Arrays, Link]] = deque()
+        # (version, arrays, link, (sampler, its seq)): the last for a fixed order
+        self.pending: deque[tuple[int, Arrays, Link, tuple[str, int]]] = deque()
         self.pending_steps = 0
         self.ready = asyncio.Event()
         self.draining = False
@@ -91,10 +92,10 @@ class FragmentFeed:
         src = (msg.sampler or msg.src)[:64]
         if src in self.by_sampler or len(self.by_sampler) < 1024:
             self.by_sampler[src] = self.by_sampler.get(src, 0) + 1
-        if self.observe is not None:
-            self.observe(a)
+        if self.observe is not None and not self.cfg.ordered:
+            self.observe(a)  # ordered: when taken, in order (merged statistics repeat)
         self.lags.append(self.state.version - msg.version)
-        self.pending.append((msg.version, a, link))
+        self.pending.append((msg.version, a, link, (src, msg.sampler_seq)))
         self.pending_steps += n
         if self.pending_steps >= self.cfg.batch_size:
             self.ready.set()
@@ -108,10 +109,10 @@ class FragmentFeed:
     async def _take(self) -> list[Arrays]:
         """Oldest-first fragments for one update, too stale ones dropped; [] (and the
         fresh ones kept, with their credits) when not enough fresh data is left."""
-        out: list[tuple[int, Arrays, Link]] = []
+        out: list[tuple[int, Arrays, Link, tuple[str, int]]] = []
         got = 0
         while self.pending and got < self.cfg.batch_size:
-            version, a, link = item = self.pending.popleft()
+            version, a, link, _ = item = self.pending.popleft()
             n = fragments.steps(a)
             self.pending_steps -= n
             lag = self.state.version - version
@@ -125,9 +126,14 @@ class FragmentFeed:
             self.pending.extendleft(reversed(out))
             self.pending_steps += got
             return []
-        for _, _, link in out:
+        for _, _, link, _ in out:
             await self._credit(link)
-        return [a for _, a, _ in out]
+        if self.cfg.ordered:
+            out.sort(key=lambda item: item[3])
+            if self.observe is not None:
+                for _, a, _, _ in out:
+                    self.observe(a)
+        return [a for _, a, _, _ in out]
 
     def shards(self) -> list[str]:
         return sorted(self.links.links)

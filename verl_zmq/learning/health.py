@@ -24,6 +24,7 @@ from ..config.sections import Health
 from ..envs.spec import EnvSpec
 
 Warning_ = dict[str, Any]
+SPIKES = 3  # gradient spikes among the last 20 updates that make a warning
 
 
 def max_entropy(spec: EnvSpec) -> float:
@@ -59,6 +60,7 @@ class HealthWatch:
     said: set[str] = field(default_factory=set)
     streaks: dict[str, Streak] = field(default_factory=dict)
     grads: deque[float] = field(default_factory=lambda: deque(maxlen=100))
+    spiked: deque[bool] = field(default_factory=lambda: deque(maxlen=20))
     early_value_loss: list[float] = field(default_factory=list)
     evs: deque[float] = field(init=False)  # explained variance, the last ev_updates
     last: dict[str, float] = field(default_factory=dict)  # the previous report's
@@ -131,12 +133,16 @@ class HealthWatch:
             return
         if self.spikes and past_grace and len(self.grads) >= 20:
             median = statistics.median(self.grads)
-            if median > 0 and gn > self.H.grad_spike * median:
+            self.spiked.append(median > 0 and gn > self.H.grad_spike * median)
+            # a lone outlier is a policy turning (CartPole's after it is solved); spikes
+            # that recur are an update that is too large
+            if sum(self.spiked) >= SPIKES:
                 self._say(out, "grad_spike",
-                          "a gradient norm far above its recent median: lower the learning "
-                          "rate or max_grad_norm; with large rewards, normalize_reward",
-                          grad_norm=round(gn, 4), recent_median=round(median, 4),
-                          factor=round(gn / median, 1))
+                          "gradient norms far above their recent median, again and again: "
+                          "lower the learning rate or max_grad_norm; with large rewards, "
+                          "normalize_reward", grad_norm=round(gn, 4),
+                          recent_median=round(median, 4), factor=round(gn / median, 1),
+                          spikes=f"{sum(self.spiked)} of the last {len(self.spiked)} updates")
         self.grads.append(gn)
 
     def _critic(self, m: dict[str, float], past_grace: bool,

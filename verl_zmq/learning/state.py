@@ -42,6 +42,9 @@ class FeedConfig:
     max_fills: int = 1  # with a fragment filter: batches drawn at most per update
     fill_timeout_s: float = 5.0  # ... and how long to wait for each extra one
     priorities: bool = True  # off-policy: send new priorities back (prioritised shards)
+    # on-policy, experiment.deterministic: a batch's fragments in the order of their
+    # samplers and sequence numbers, not of their arrival
+    ordered: bool = False
 
     @property
     def per_batch(self) -> int:

@@ -57,12 +57,12 @@ class FifoStore:
     def take(self, batch_size: int) -> wire.Batch:
         frag, inserted = self.items.popleft()
         return wire.Batch(version=frag.version, inserted_t=inserted, sampler=frag.src,
-                          arrays=frag.arrays)
+                          sampler_seq=frag.seq, arrays=frag.arrays)
 
     def untake(self, msg: wire.Batch) -> None:
         """A send failed (the learner is gone): keep the fragment, first in line."""
         frag = wire.Fragment(version=msg.version, arrays=msg.arrays)
-        frag.src = msg.sampler
+        frag.src, frag.seq = msg.sampler, msg.sampler_seq
         self.items.appendleft((frag, msg.inserted_t))
 
     def update_priorities_msg(self, msg: wire.PriorityUpdate) -> str:

@@ -132,6 +132,9 @@ class EvaluatorRole(Role):
         newest: dict[str, tuple[str, wire.Params]] = {}
         E = self.job.evaluation
         track = self.job.traits.decentralised and E.deterministic
+        # experiment.deterministic: every version in order, so that the one evaluated
+        # is the first past each interval in every run (not the newest when it came)
+        every: list[wire.Params] | None = [] if self.job.experiment.deterministic else None
         while True:
             if msg is not None:
                 fp = fingerprint(dict(msg.arrays)) if E.deterministic else ""
@@ -140,9 +143,11 @@ class EvaluatorRole(Role):
                 cur = newest.get(msg.src)
                 if cur is None or msg.version >= cur[1].version or msg.final:
                     newest[msg.src] = (fp, msg)
+                if every is not None:
+                    every.append(msg)
             if not await self.sub.poll(0):
                 self.held.update(newest)
-                return [m for _, m in newest.values()]
+                return every if every is not None else [m for _, m in newest.values()]
             _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
 
     def _all(self, done: set[str]) -> bool:
@@ -163,6 +168,9 @@ class EvaluatorRole(Role):
         E = self.job.evaluation
         while True:
             for msg in await self._latest():
+                if self.job.experiment.deterministic:  # this one's, not the newest's
+                    self.held[msg.src] = (fingerprint(dict(msg.arrays))
+                                          if E.deterministic else "", msg)
                 if await self._evaluate(msg, E):
                     return
 
@@ -173,8 +181,11 @@ class EvaluatorRole(Role):
         identical; one may be an update ahead) are evaluated once and credited to
         all; peers with parameters of their own are each evaluated on their newest."""
         src = msg.src
-        if src not in self.next_at and not E.before_training and msg.env_steps == 0:
-            self.next_at[src] = E.interval_steps  # not its starting params
+        # not its starting params; nor when deterministic, as whether they reach us
+        # before the first update is a race
+        if src not in self.next_at and (self.job.experiment.deterministic or (
+                not E.before_training and msg.env_steps == 0)):
+            self.next_at[src] = E.interval_steps
         if msg.env_steps < self.next_at.get(src, 0) and not msg.final:
             return False
         if msg.final and src in self.finals:

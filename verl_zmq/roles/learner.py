@@ -54,6 +54,10 @@ class LearnerRole(Role):
         job, self.spec, self.policy = job_spec(self.job.learner_view(), self.ctx.group)
         self.job = job
         torch.set_num_threads(getattr(job.resources, self.name).cpu or job.training.torch_threads)
+        if job.experiment.deterministic:  # the same sums in the same order, every run
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.set_num_threads(1)
+            torch.use_deterministic_algorithms(True)
         torch.manual_seed(job.experiment.seed)  # the samplers build the same initial net
         np.random.seed(job.experiment.seed)
         T = job.training

@@ -29,6 +29,7 @@ from ..envs.infos import means
 from ..envs.make import env_spec
 from ..policy.numpy_actor import make_actor
 from ..sampling.collector import make_collector
+from ..sampling.lockstep import LockStep
 from ..sampling.pacing import make_pacer
 from .base import Rates, Role, reconnect, recv, send
 
@@ -67,6 +68,10 @@ class SamplerRole(Role):
         self.shard_ready = asyncio.Event()
         self.new_params = asyncio.Event()
         self.pacer = make_pacer(self.job)  # paced to its own learner's batch
+        # experiment.deterministic: fragment k acts with version k // m, and no other
+        self.lockstep = LockStep(self.job) if self.job.experiment.deterministic else None
+        if self.lockstep is not None:
+            self.pacer = None
         self.fragments = 0
         self.wait_s = 0.0
         self.waiting_since: float | None = None
@@ -128,6 +133,10 @@ class SamplerRole(Role):
                 self.final_seen = True
             # any other version: a learner restarted without a checkpoint counts from 0 again
             c = self.collector
+            if msg is not None and self.lockstep is not None:
+                self.lockstep.heard(msg.version, msg.arrays)  # swapped in between fragments
+                self.new_params.set()
+                continue
             if msg is not None and self.pacer is not None:
                 self.pacer.heard(msg.updates)
                 self.new_params.set()
@@ -146,6 +155,21 @@ class SamplerRole(Role):
             except TimeoutError:
                 self.param_waits_timed_out += 1
                 return
+
+    async def _wait_in_lockstep(self, timeout: float) -> None:
+        """Deterministic: until the version the next fragment needs has come; each
+        wait of `timeout` without it is counted, and the wait goes on (a learner
+        that is gone ends the job, and the sampler with it)."""
+        c, lock = self.collector, self.lockstep
+        assert lock is not None
+        while not lock.ready(c.version):
+            self.new_params.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self.new_params.wait()
+            except TimeoutError:
+                self.param_waits_timed_out += 1
+        c.pending = lock.take(c.version)
 
     async def _wait_for_budget(self, timeout: float) -> bool:
         """Paced: wait until the learner's versions allow another fragment; False
@@ -173,7 +197,10 @@ class SamplerRole(Role):
         while True:
             t0 = time.monotonic()
             in_budget = True
-            if self.pacer is not None:
+            if self.lockstep is not None:
+                async with self._watch(SAMPLER_PARAMS.name, self._learners_named):
+                    await self._wait_in_lockstep(timeout)
+            elif self.pacer is not None:
                 in_budget = await self._wait_for_budget(timeout)
             elif ahead and shipped >= ahead:
                 await self._wait_for_params(timeout)
@@ -194,6 +221,8 @@ class SamplerRole(Role):
             self.waiting_since = None
             self.fragments += 1
             shipped += 1
+            if self.lockstep is not None:
+                self.lockstep.shipped += 1
             if self.pacer is not None:
                 self.pacer.shipped_one(forgiven=not in_budget)
 

@@ -239,6 +239,7 @@ class Batch(Message):
     version: int = 0
     inserted_t: float = 0.0
     sampler: str = ""
+    sampler_seq: int = 0  # a served fragment's `seq` from its sampler (FIFO): its order
     arrays: Arrays = field(default_factory=dict)
 
 

@@ -225,8 +225,9 @@ class Health:
     # the last 20 updates make the warning)
     grad_spike: float = 10.0
     # explained variance below this on average over ev_updates (updates whose value
-    # targets vary by over 5% of their size: near-constant returns explain nothing)
-    ev_floor: float = 0.0
+    # targets vary by over 5% of their size: near-constant returns explain nothing);
+    # a solved task's noise leaves the best critic at about 0, so the floor is below it
+    ev_floor: float = -0.2
     ev_updates: int = 50  # the window of updates ev_floor is judged over
     value_loss_growth: float = 1000.0  # value loss this many times its early median
     # policy lag that never fell over this many metrics reports and rose by lag_rise

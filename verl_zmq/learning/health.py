@@ -175,8 +175,8 @@ class HealthWatch:
         self.evs.append(float(ev))
         if len(self.evs) >= H.ev_updates and statistics.fmean(self.evs) < H.ev_floor:
             self._say(out, "critic_explains_nothing",
-                      "the critic's predictions explain less of the returns than their mean "
-                      "does: raise vf_coef, check gamma, scale rewards "
+                      "the critic's predictions miss the returns by more than the returns "
+                      "vary: raise vf_coef, check gamma, scale rewards "
                       "(environment.normalize_reward)",
                       explained_variance_mean=round(statistics.fmean(self.evs), 4),
                       updates=H.ev_updates)

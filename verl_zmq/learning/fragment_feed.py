@@ -88,7 +88,8 @@ class FragmentFeed:
             await self._credit(link)
             return
         n = fragments.steps(a)
-        self.unreported_steps += n  # dropped fragments count too: the envs did step
+        if not self.cfg.ordered:  # ordered: what was trained on, which repeats (_take)
+            self.unreported_steps += n  # dropped fragments count too: the envs did step
         src = (msg.sampler or msg.src)[:64]
         if src in self.by_sampler or len(self.by_sampler) < 1024:
             self.by_sampler[src] = self.by_sampler.get(src, 0) + 1
@@ -130,6 +131,7 @@ class FragmentFeed:
             await self._credit(link)
         if self.cfg.ordered:
             out.sort(key=lambda item: item[3])
+            self.unreported_steps += got
             if self.observe is not None:
                 for _, a, _, _ in out:
                     self.observe(a)

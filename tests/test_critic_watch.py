@@ -45,3 +45,16 @@ def test_ppo_reports_the_spread_of_its_critic():
     flat = algo.learn(const).metrics["losses/value_spread"]
     varied = algo.learn({**batch, "value": batch["reward"] * 3}).metrics["losses/value_spread"]
     assert flat == 0.0 and varied > 0.5
+
+
+def test_small_unscaled_targets_leave_a_constant_as_the_best_critic():
+    """A solved task's noise or a game before its first rewards: a flat critic is
+    right there, and only large targets (or scaled rewards) are counted."""
+    small = [{"losses/value_spread": 0.0, "losses/value_target_scale": 3.0}] * 20
+    assert all(w is None for w in map(CriticWatch(grace=0, patience=3).check, small))
+    scaled = CriticWatch(rewards_scaled=True, grace=0, patience=3)
+    assert [w is not None for w in map(scaled.check, small[:3])] == [False, False, True]
+    large = [{"losses/value_spread": 0.0, "losses/value_target_scale": 40.0}] * 3
+    assert CriticWatch(grace=0, patience=3).check(large[0]) is None
+    w = CriticWatch(grace=0, patience=3)
+    assert [w.check(m) is not None for m in large] == [False, False, True]

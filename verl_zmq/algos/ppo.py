@@ -340,7 +340,9 @@ class PPO(Algorithm[PG], Generic[PG]):
             out["losses/value_spread"] = float(pred.std()) / var ** 0.5 if var > 0 else 1.0
             # the targets' own spread against their size: near 0 once every episode ends
             # alike (a solved task), when explained variance says nothing
-            out["losses/value_target_spread"] = var ** 0.5 / max(float(y.abs().mean()), 1e-8)
+            scale = float(y.abs().mean())
+            out["losses/value_target_spread"] = var ** 0.5 / max(scale, 1e-8)
+            out["losses/value_target_scale"] = scale  # the size of what the critic fits
         out["charts/learning_rate"] = self.opt.param_groups[0]["lr"]
         out["charts/clip_range"] = self.clip()[1]
         out["charts/batch_steps"] = float(data["valid"].sum()) if self.recurrent else float(n)

@@ -9,6 +9,10 @@ learns as REINFORCE does, from noisier signal. Nothing fails, so nobody
 notices; Stable-Baselines3 does the same with rl-baselines3-zoo's LunarLander
 settings. Scaling the rewards (`environment.normalize_reward`) keeps the
 targets where the critic can follow.
+
+Unscaled targets that are small (under LARGE on average: a solved task's
+noise, a game before its first rewards) leave a constant as the best critic
+there is, and are not counted: the warning is for the saturation it names.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 METRIC = "losses/value_spread"
+LARGE = 10.0  # unscaled value targets this large on average can saturate a tanh critic
 
 
 @dataclass
@@ -40,7 +45,10 @@ class CriticWatch:
             return None
         self.seen += 1
         spread = float(metrics[METRIC])
-        self.flat = self.flat + 1 if self.seen > self.grace and spread < self.floor else 0
+        large = self.rewards_scaled or float(
+            metrics.get("losses/value_target_scale", LARGE)) >= LARGE
+        self.flat = self.flat + 1 if self.seen > self.grace and spread < self.floor and large \
+            else 0
         if self.warned or self.flat < self.patience:
             return None
         self.warned = True

@@ -87,6 +87,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hosts", type=int, choices=(1, 2), default=1)
+    ap.add_argument("--default-runs", type=int, default=3,
+                    help="runs in the default mode, for its wall time (it varies)")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="repeat-check-"))
     sets = [f"training.total_timesteps={a.steps}", f"experiment.seed={a.seed}",
@@ -105,8 +107,10 @@ def main() -> None:
         prefix, spec = lab.wrap(0), str(hf)
     try:
         walls = {}
-        for name, extra in (("det-1", ["experiment.deterministic=true"]),
-                            ("det-2", ["experiment.deterministic=true"]), ("default", [])):
+        runs = [("det-1", ["experiment.deterministic=true"]),
+                ("det-2", ["experiment.deterministic=true"])]
+        runs += [(f"default-{i + 1}", []) for i in range(a.default_runs)]
+        for name, extra in runs:
             walls[name] = launch(prefix, spec, tmp / name, sets + extra)
     finally:
         if lab is not None:
@@ -116,13 +120,19 @@ def main() -> None:
     print("\ncheckpoints, deterministic run 1 against run 2:")
     for line in same_checkpoints(tmp / "det-1", tmp / "det-2"):
         print("  " + line)
-    c1, c2, c0 = curve(tmp / "det-1"), curve(tmp / "det-2"), curve(tmp / "default")
+    c1, c2, c0 = curve(tmp / "det-1"), curve(tmp / "det-2"), curve(tmp / "default-1")
     print(f"\nevaluation curves (env steps, version, return): "
           f"{'the same' if c1 == c2 else 'DIFFERENT'}")
     print(f"  run 1: {c1}\n  run 2: {c2}")
-    print(f"\nwall time (the launcher, start to end): deterministic {walls['det-1']:.1f} s and "
-          f"{walls['det-2']:.1f} s, default {walls['default']:.1f} s "
-          f"({(walls['det-1'] + walls['det-2']) / 2 / walls['default']:.2f}x)")
+    import statistics
+
+    det = [walls["det-1"], walls["det-2"]]
+    default = [w for k, w in walls.items() if k.startswith("default")]
+    print(f"\nwall time (the launcher, start to end): deterministic "
+          f"{', '.join(f'{w:.1f}' for w in det)} s; default "
+          f"{', '.join(f'{w:.1f}' for w in default)} s; medians "
+          f"{statistics.median(det):.1f} s against {statistics.median(default):.1f} s "
+          f"({statistics.median(det) / statistics.median(default):.2f}x)")
     print(f"  default mode's curve: {c0}")
     (tmp / "repeat.json").write_text(json.dumps({"walls": walls, "curves": [c1, c2, c0]}))
     print(f"\nrun folders: {tmp}")

@@ -74,7 +74,9 @@ class Trainer:
         self.rng = np.random.default_rng(job.experiment.seed)  # checkpointed: exact resume
         self.returns: deque[float] = deque(maxlen=100)
         self.last_metrics: dict[str, float] = {}
-        self.critic = CriticWatch(rewards_scaled=job.environment.normalize_reward)
+        H = job.logging.health  # the same grace and patience as the health checks'
+        self.critic = CriticWatch(rewards_scaled=job.environment.normalize_reward,
+                                  grace=H.grace_updates, patience=H.patience_updates)
         self.health = HealthWatch(job, max_entropy(spec), spikes=self.algo.on_policy)
         self.learn_s = 0.0
         self.stalls = Stalls(log, 2 * job.launch.liveness_timeout_s)

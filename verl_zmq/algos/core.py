@@ -143,6 +143,22 @@ def vtrace_advantages(x: AdvantageInput) -> Advantages:
     return Advantages(adv, ret, value)
 
 
+# -- a critic's fit to its value targets (charted, and read by the health checks)
+
+def critic_fit(y: Tensor, pred: Tensor) -> dict[str, float]:
+    """How a critic's predictions fit their value targets: explained variance; the
+    predictions' spread against the targets' (about 0 when it answers one
+    constant); the targets' own spread against their size (near 0 once every
+    episode ends alike, a solved task, when explained variance says nothing); and
+    their size."""
+    var = float(y.var()) if y.numel() > 1 else 0.0
+    scale = float(y.abs().mean())
+    return {"losses/explained_variance": 1 - float((y - pred).var()) / var if var > 0 else 0.0,
+            "losses/value_spread": float(pred.std()) / var ** 0.5 if var > 0 else 1.0,
+            "losses/value_target_spread": var ** 0.5 / max(scale, 1e-8),
+            "losses/value_target_scale": scale}
+
+
 # -- policy losses: per-step loss [B] and the ratio [B]
 
 PolicyLoss = Callable[[Tensor, Tensor, Tensor, float, float, float], tuple[Tensor, Tensor]]

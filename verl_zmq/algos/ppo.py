@@ -38,6 +38,7 @@ from .core import (
     KLController,
     clipped_surrogate,
     compute_gae,
+    critic_fit,
     lookup,
 )
 from .grouped import response_minibatches, sequence_horizon
@@ -333,16 +334,7 @@ class PPO(Algorithm[PG], Generic[PG]):
             y, pred = data["ret"], data["value"]
             if self.recurrent:
                 y, pred = y[data["valid"]], pred[data["valid"]]
-            var = float(y.var()) if y.numel() > 1 else 0.0
-            out["losses/explained_variance"] = (1 - float((y - pred).var()) / var
-                                                if var > 0 else 0.0)
-            # the critic's spread against its targets': about 0 when it answers one constant
-            out["losses/value_spread"] = float(pred.std()) / var ** 0.5 if var > 0 else 1.0
-            # the targets' own spread against their size: near 0 once every episode ends
-            # alike (a solved task), when explained variance says nothing
-            scale = float(y.abs().mean())
-            out["losses/value_target_spread"] = var ** 0.5 / max(scale, 1e-8)
-            out["losses/value_target_scale"] = scale  # the size of what the critic fits
+            out.update(critic_fit(y, pred))
         out["charts/learning_rate"] = self.opt.param_groups[0]["lr"]
         out["charts/clip_range"] = self.clip()[1]
         out["charts/batch_steps"] = float(data["valid"].sum()) if self.recurrent else float(n)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Job
-from ..config.sections import Health
+from ..config.observing import Health
 from ..envs.spec import EnvSpec
 
 Warning_ = dict[str, Any]

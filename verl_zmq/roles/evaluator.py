@@ -19,7 +19,7 @@ import numpy as np
 import zmq
 
 from .. import wire
-from ..config import Evaluation, Job, dumps_job
+from ..config import Evaluation, dumps_job
 from ..config.algorithms import numpy_acting
 from ..config.roles import EVALUATOR
 from ..config.wiring import EVALUATOR_PARAMS
@@ -42,11 +42,6 @@ def _put(d: dict[Any, Any], key: Any, value: Any, cap: int) -> None:
     d[key] = value
     while len(d) > cap:
         d.pop(next(iter(d)))
-
-
-def confirm_episodes(job: Job) -> int:
-    """Episodes of a best-model candidate's second evaluation."""
-    return job.evaluation.confirm_episodes or 3 * job.evaluation.n_eval_episodes
 
 
 class EvaluatorRole(Role):
@@ -124,7 +119,7 @@ class EvaluatorRole(Role):
         reconnect(self.sub, self.learners, wanted, self.log, "learner")
         self.trainers = set(wanted)
 
-    async def _latest(self) -> list[wire.Params]:
+    async def _latest(self) -> list[tuple[str, wire.Params]]:
         """Block for params, then drain the queue: the newest of each sender, which
         `held` keeps with its fingerprint (deterministic evaluation: the same params
         give the same returns); DAPO peers' recent prints go to `history`."""
@@ -134,7 +129,7 @@ class EvaluatorRole(Role):
         track = self.job.traits.decentralised and E.deterministic
         # experiment.deterministic: every version in order, so that the one evaluated
         # is the first past each interval in every run (not the newest when it came)
-        every: list[wire.Params] | None = [] if self.job.experiment.deterministic else None
+        ordered, every = self.job.experiment.deterministic, list[tuple[str, wire.Params]]()
         while True:
             if msg is not None:
                 fp = fingerprint(dict(msg.arrays)) if E.deterministic else ""
@@ -143,11 +138,10 @@ class EvaluatorRole(Role):
                 cur = newest.get(msg.src)
                 if cur is None or msg.version >= cur[1].version or msg.final:
                     newest[msg.src] = (fp, msg)
-                if every is not None:
-                    every.append(msg)
+                every.append((fp, msg))
             if not await self.sub.poll(0):
                 self.held.update(newest)
-                return every if every is not None else [m for _, m in newest.values()]
+                return every if ordered else list(newest.values())
             _, msg = await recv(self.sub, self.wire_stats, expect=(wire.Params,))
 
     def _all(self, done: set[str]) -> bool:
@@ -167,10 +161,8 @@ class EvaluatorRole(Role):
     async def run(self) -> None:
         E = self.job.evaluation
         while True:
-            for msg in await self._latest():
-                if self.job.experiment.deterministic:  # this one's, not the newest's
-                    self.held[msg.src] = (fingerprint(dict(msg.arrays))
-                                          if E.deterministic else "", msg)
+            for fp, msg in await self._latest():
+                self.held[msg.src] = (fp, msg)  # deterministic: this one's, not the newest's
                 if await self._evaluate(msg, E):
                     return
 
@@ -306,10 +298,10 @@ class EvaluatorRole(Role):
         holding the same ones share it. (return, episodes it is the mean of)"""
         E = self.job.evaluation
         if fp and fp in self.checked:
-            return self.checked[fp], confirm_episodes(self.job)
+            return self.checked[fp], self.job.evaluation.confirm_count
         if not E.confirm_best or not self._load(msg):
             return mean, episodes
-        again = await asyncio.to_thread(self._play, confirm_episodes(self.job),
+        again = await asyncio.to_thread(self._play, self.job.evaluation.confirm_count,
                                         E.seed + CONFIRM_SEEDS, "", "eval", None,
                                         self._progress("confirmation", msg))
         score = self._score(again)

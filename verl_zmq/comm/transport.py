@@ -240,11 +240,12 @@ class Transport:
         return s
 
     def connect_edge(self, edge: Edge, endpoint: str | None = None,
-                     kernel_buffer: int = 0) -> zmq.asyncio.Socket:
+                     kernel_buffer: int = 0, hwm: int | None = None) -> zmq.asyncio.Socket:
         """The connecting side of one edge of the data flow (`config/wiring.py`): its
-        socket pattern and high-water mark, connected to `endpoint` where given."""
-        return self.connect(getattr(zmq, edge.pattern), endpoint, hwm=edge.hwm,
-                            kernel_buffer=kernel_buffer)
+        socket pattern and high-water mark (`hwm`, where given: 0 keeps everything),
+        connected to `endpoint` where given."""
+        return self.connect(getattr(zmq, edge.pattern), endpoint,
+                            hwm=edge.hwm if hwm is None else hwm, kernel_buffer=kernel_buffer)
 
     def close_socket(self, s: zmq.asyncio.Socket) -> None:
         if s in self.sockets:

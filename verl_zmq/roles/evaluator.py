@@ -71,7 +71,8 @@ class EvaluatorRole(Role):
 
     async def setup(self) -> None:
         await self._acting()
-        self.sub = self.ctx.transport.connect_edge(EVALUATOR_PARAMS)
+        self.sub = self.ctx.transport.connect_edge(  # deterministic: every version (_latest)
+            EVALUATOR_PARAMS, hwm=0 if self.job.experiment.deterministic else None)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.learners: dict[str, str] = {}
         # per trainer (a learner, or each DAPO peer): when next, reached, finished

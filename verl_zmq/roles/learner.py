@@ -79,7 +79,10 @@ class LearnerRole(Role):
         if self.primary:
             # XPUB: a new subscriber (a sampler, the evaluator, after our restart or
             # theirs) is heard, and gets the latest params at once, not at the next update
-            self.pub, pub_ep = self.ctx.transport.bind(zmq.XPUB, "params", hwm=8)
+            # deterministic: no version dropped for a busy evaluator (it evaluates the
+            # first past each interval, which must reach it in every run)
+            self.pub, pub_ep = self.ctx.transport.bind(
+                zmq.XPUB, "params", hwm=0 if job.experiment.deterministic else 8)
             self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
             self.endpoints["params"] = pub_ep
         if self.group is not None and self.primary:

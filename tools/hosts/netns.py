@@ -23,6 +23,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Self
 
 SSH_OPTIONS = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5")
@@ -37,6 +38,12 @@ def unavailable() -> str:
             return f"`{tool}` is not installed"
     if shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists():
         return "sshd is not installed (apt-get install openssh-server)"
+    return namespaces_refused()
+
+
+def namespaces_refused() -> str:
+    """Why this process may not make a network namespace (a probe made and
+    removed), or empty."""
     name = f"vzprobe{uuid.uuid4().hex[:6]}"
     r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
     if r.returncode:
@@ -75,7 +82,56 @@ def _ip(*args: str, ns: str | None = None) -> None:
         raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip()}")
 
 
-class Lab:
+class Managed:
+    """Brought up on entering a `with` block, torn down on leaving it, and torn down
+    too when bringing it up failed half way (whatever it made is removed)."""
+
+    def up(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.up()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def join(hub: str, spoke: str, i: int, hub_end: str, spoke_end: str) -> None:
+    """A veth pair between namespaces `hub` (10.77.i.1 on `hub_end`) and `spoke`
+    (10.77.i.2 on `spoke_end`), up, and the spoke's default route through the hub."""
+    _ip("link", "add", hub_end, "netns", hub, "type", "veth", "peer", "name", spoke_end,
+        "netns", spoke)
+    _ip("addr", "add", f"10.77.{i}.1/24", "dev", hub_end, ns=hub)
+    _ip("addr", "add", f"10.77.{i}.2/24", "dev", spoke_end, ns=spoke)
+    _ip("link", "set", hub_end, "up", ns=hub)
+    _ip("link", "set", spoke_end, "up", ns=spoke)
+    _ip("route", "add", "default", "via", f"10.77.{i}.1", ns=spoke)
+
+
+def namespace_pids(name: str) -> list[int]:
+    """The processes in network namespace `name`."""
+    r = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
+    return [int(p) for p in r.stdout.split()]
+
+
+def kill_namespace(name: str) -> list[int]:
+    """SIGKILL every process in network namespace `name`; their pids."""
+    pids = namespace_pids(name)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+class Lab(Managed):
     """`hosts` network namespaces joined to host 0, each with an sshd."""
 
     def __init__(self, tmp: Path, hosts: int = 2):
@@ -88,17 +144,6 @@ class Lab:
 
     # -- building and tearing down ------------------------------------------------
 
-    def __enter__(self) -> Lab:
-        try:
-            self.up()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def _link(self, i: int) -> tuple[str, str]:
         return f"vz{self.tag}a{i}", f"vz{self.tag}b{i}"  # host 0's end, host i's end
 
@@ -107,16 +152,9 @@ class Lab:
             _ip("netns", "add", name)
             _ip("link", "set", "lo", "up", ns=name)
         for i in range(1, len(self.names)):
-            a, b = self._link(i)
-            _ip("link", "add", a, "netns", self.names[0], "type", "veth", "peer", "name", b,
-                "netns", self.names[i])
-            _ip("addr", "add", f"10.77.{i}.1/24", "dev", a, ns=self.names[0])
-            _ip("addr", "add", f"10.77.{i}.2/24", "dev", b, ns=self.names[i])
-            _ip("link", "set", a, "up", ns=self.names[0])
-            _ip("link", "set", b, "up", ns=self.names[i])
             # host 0 answers on its first address from every link (Linux accepts a
             # local address on any interface); host i reaches it through its link
-            _ip("route", "add", "default", "via", f"10.77.{i}.1", ns=self.names[i])
+            join(self.names[0], self.names[i], i, *self._link(i))
         write_sshd_files(self.tmp / "ssh", ["0.0.0.0"], 22)
         for i in range(len(self.names)):
             self.start_sshd(i)
@@ -172,8 +210,7 @@ class Lab:
         _ip("link", "set", self._link(i)[0], "up", ns=self.names[0])
 
     def pids(self, name: str) -> list[int]:
-        r = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
-        return [int(p) for p in r.stdout.split()]
+        return namespace_pids(name)
 
     def strays(self, i: int) -> list[str]:
         """What runs in host i besides its sshd: "pid command line" each."""
@@ -190,11 +227,7 @@ class Lab:
         return out
 
     def kill_all(self, name: str) -> list[int]:
-        pids = self.pids(name)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return pids
+        return kill_namespace(name)
 
     def lose(self, i: int) -> list[int]:
         """Host i crashes: its link goes down and every process in it dies."""

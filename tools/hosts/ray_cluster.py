@@ -20,11 +20,9 @@ stop every Ray process of the machine. Needs root and `ip netns`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -33,7 +31,14 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
-from tools.hosts.netns import _ip  # noqa: E402
+from tools.hosts.netns import (  # noqa: E402
+    Managed,
+    _ip,
+    join,
+    kill_namespace,
+    namespace_pids,
+    namespaces_refused,
+)
 
 HEAD = "10.77.0.1"
 # quick to notice a lost node (Ray's defaults take about half a minute)
@@ -51,15 +56,10 @@ def unavailable() -> str:
         import ray  # noqa: F401
     except ImportError:
         return "ray is not installed (pip install 'verl-zmq[ray]')"
-    name = f"vzprobe{uuid.uuid4().hex[:6]}"
-    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    if r.returncode:
-        return f"`ip netns add` is not permitted here: {r.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", name], capture_output=True)
-    return ""
+    return namespaces_refused()
 
 
-class RayCluster:
+class RayCluster(Managed):
     """A head and `workers` worker nodes; `cpus[i]`: node i's logical CPUs."""
 
     def __init__(self, workers: int = 1, cpus: list[int] | None = None, port: int = 6390):
@@ -81,17 +81,6 @@ class RayCluster:
         """HOSTS for verl-launch."""
         return f"ray:{self.address}"
 
-    def __enter__(self) -> RayCluster:
-        try:
-            self.up()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def wrap(self, i: int) -> list[str]:
         """The command prefix that runs a command on node i."""
         return ["ip", "netns", "exec", self.names[i]]
@@ -105,14 +94,7 @@ class RayCluster:
             _ip("link", "set", "lo", "up", ns=name)
         _ip("addr", "add", f"{HEAD}/32", "dev", "lo", ns=self.names[0])
         for i in range(1, len(self.names)):
-            a, b = f"vr{self.tag}a{i}", f"vr{self.tag}b{i}"
-            _ip("link", "add", a, "netns", self.names[0], "type", "veth", "peer", "name", b,
-                "netns", self.names[i])
-            _ip("addr", "add", f"10.77.{i}.1/24", "dev", a, ns=self.names[0])
-            _ip("addr", "add", f"10.77.{i}.2/24", "dev", b, ns=self.names[i])
-            _ip("link", "set", a, "up", ns=self.names[0])
-            _ip("link", "set", b, "up", ns=self.names[i])
-            _ip("route", "add", "default", "via", f"10.77.{i}.1", ns=self.names[i])
+            join(self.names[0], self.names[i], i, f"vr{self.tag}a{i}", f"vr{self.tag}b{i}")
         self._start(0, ["--head", "--port", str(self.port), "--include-dashboard=false",
                         f"--system-config={json.dumps(SYSTEM_CONFIG)}"])
         for i in range(1, len(self.names)):
@@ -150,9 +132,7 @@ class RayCluster:
             time.sleep(0.5)
 
     def pids(self, i: int) -> list[int]:
-        r = subprocess.run(["ip", "netns", "pids", self.names[i]], capture_output=True,
-                           text=True)
-        return [int(p) for p in r.stdout.split()]
+        return namespace_pids(self.names[i])
 
     def lose(self, i: int) -> list[int]:
         """Node i crashes: every process on it dies and its namespace goes."""
@@ -162,11 +142,7 @@ class RayCluster:
         return pids
 
     def _kill(self, i: int) -> list[int]:
-        pids = self.pids(i)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return pids
+        return kill_namespace(self.names[i])
 
     def close(self) -> None:
         for i in reversed(range(len(self.names))):

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: tools.*
-from tools.hosts.netns import Lab  # noqa: E402
+from tools.hosts.netns import Lab, Managed  # noqa: E402
 from tools.hosts.netns import unavailable as netns_unavailable  # noqa: E402
 
 DAEMONS = ("slurmctld", "slurmd", "munged", "sbatch", "srun", "squeue", "scancel", "sinfo")
@@ -97,7 +97,7 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe
 """
 
 
-class SlurmCluster:
+class SlurmCluster(Managed):
     """Slurm daemons on the namespace hosts of a `Lab` (see the module)."""
 
     def __init__(self, tmp: Path, nodes: int = 3, cpus: int = 4):
@@ -113,17 +113,6 @@ class SlurmCluster:
         self.mounted = False
 
     # -- building and tearing down ------------------------------------------------
-
-    def __enter__(self) -> SlurmCluster:
-        try:
-            self.up()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def up(self, timeout_s: float = 60.0) -> None:
         self.lab.up()

@@ -89,14 +89,20 @@ def _gone(ray: Any, member: str, where: dict[str, Any], why: str) -> int:
     return 1
 
 
-def _stdin_pump(actor: Any, stop: threading.Event) -> None:  # a thread
-    """This process's stdin to the role's: the job, then EOF."""
-    while True:
-        data = os.read(sys.stdin.fileno(), 65536)
-        if not data:
-            break
-        actor.write.remote(data)
-    actor.close_stdin.remote()
+def _stdin_pump(ray: Any, actor: Any, stop: threading.Event) -> None:  # a thread
+    """This process's stdin to the role's: the job, then EOF. Each call is waited
+    for before the next: a threaded actor may run calls out of order, and a job
+    read in two pieces must arrive in one order. A dead actor ends the pump (the
+    main loop says why)."""
+    try:
+        while True:
+            data = os.read(sys.stdin.fileno(), 65536)
+            if not data:
+                break
+            ray.get(actor.write.remote(data))
+        ray.get(actor.close_stdin.remote())
+    except Exception:  # noqa: BLE001 - the actor or its node is gone: the poll says so
+        pass
     stop.set()
 
 
@@ -122,7 +128,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         _say(f"ray: the actor of {a.member} died as it started: {e}")
         return NODE_LOST if not _node_alive(ray, a.node) else 1
     stopped = threading.Event()
-    threading.Thread(target=_stdin_pump, args=(actor, stopped), daemon=True).start()
+    threading.Thread(target=_stdin_pump, args=(ray, actor, stopped), daemon=True).start()
     pending: list[int] = []  # signals to pass on, from the handler to the loop
 
     signal.signal(signal.SIGTERM, lambda sig, _f: pending.append(sig))

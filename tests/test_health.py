@@ -6,6 +6,7 @@ threshold is lowered, it is lowered so far that any run of that job crosses it."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 
@@ -226,3 +227,35 @@ def test_the_main_job_raises_none_and_the_launcher_shows_a_kind_once(cartpole_ru
     summary = json.loads((run / "summary.json").read_text())
     kinds = {w["event"]: w for w in summary["warnings"]}
     assert "remedy=" in kinds["health_entropy_stuck_at_max"]["first"]
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(200)
+def test_non_finite_numbers_are_said_at_once(tmp_path):
+    """Rewards of 1e38 a step: returns overflow float32, the value loss and the
+    gradients are no longer finite, and both are said at once (the job is then
+    stopped here: its NaN params make every fragment a rejected one)."""
+    import subprocess
+
+    from tests.conftest import PY, ROOT, kill_tree, wait_for
+
+    out = tmp_path / "out.jsonl"
+    with open(out, "w") as f:
+        proc = subprocess.Popen(
+            [PY, "-m", "verl_zmq.cli", "run", str(CONFIGS / "cartpole_ppo.toml"), "--run-dir",
+             str(tmp_path / "run"), "--set", "training.total_timesteps=3000",
+             "--set", f"environment.wrappers=[{SCALE.format(0, 1e38)}]"],
+            cwd=ROOT, stdout=f, stderr=subprocess.DEVNULL, start_new_session=True)
+    want = {"health_grad_not_finite", "health_value_loss_not_finite"}
+
+    def said() -> set[str]:
+        events = set()
+        for x in out.read_text().splitlines():
+            with contextlib.suppress(ValueError):  # a line still being written
+                events.add(json.loads(x).get("event"))
+        return events
+
+    try:
+        wait_for(lambda: want <= said(), 150, what="both non-finite warnings")
+    finally:
+        kill_tree(proc)

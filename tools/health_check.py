@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tools.*
-from tools.harness import ROOT, events, free_ports  # noqa: E402
+from tools.harness import ROOT, events, start, stop  # noqa: E402
 
 
 def run(job: Path, steps: int, seconds: float, out: Path) -> dict[str, object]:
@@ -30,22 +29,13 @@ def run(job: Path, steps: int, seconds: float, out: Path) -> dict[str, object]:
         total = load_job(job).training.total_timesteps
     except ConfigError as e:
         return {"job": job.stem, "skipped": str(e).splitlines()[0][:80]}
-    lo = free_ports()[0]
-    argv = [sys.executable, "-m", "launcher", "local", str(job), "--run-dir", str(out),
-            "--set", f"training.total_timesteps={min(total, steps)}",
-            "--set", f"launch.port_range=[{lo}, {lo + 99}]"]
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start(job, out, [f"training.total_timesteps={min(total, steps)}"], capture=True)
     try:
         _, err = proc.communicate(timeout=seconds)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        try:
-            _, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
+        stop(proc, grace_s=60)  # interrupted: what it said so far counts
+        _, err = proc.communicate()
     warned: dict[str, list[str]] = {}
     updates = 0
     for log in sorted((out / "logs").glob("*.jsonl")):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tools.*
-from tools.harness import ROOT, events, free_ports  # noqa: E402
+from tools.harness import ROOT, events, start  # noqa: E402
 
 JOB = ROOT / "configs" / "cartpole_ppo.toml"
 
@@ -70,15 +69,11 @@ def curve(run: Path) -> list[tuple[int, int, float]]:
 
 def launch(prefix: list[str], spec: str, run: Path, sets: list[str]) -> float:
     """verl-launch SPEC JOB (inside `prefix`: a namespace host); its wall seconds."""
-    lo = free_ports()[0]
-    argv = [*prefix, sys.executable, "-m", "launcher", spec, str(JOB), "--run-dir", str(run),
-            "--set", f"launch.port_range=[{lo}, {lo + 99}]"]
-    for s in sets:
-        argv += ["--set", s]
     t0 = time.monotonic()
-    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    if r.returncode not in (0, 3):
-        sys.exit(f"run {run} failed ({r.returncode}): {r.stderr[-2000:]}")
+    p = start(JOB, run, sets, hosts=spec, capture=True, wrap=prefix)
+    _, err = p.communicate(timeout=1800)
+    if p.returncode not in (0, 3):
+        sys.exit(f"run {run} failed ({p.returncode}): {err[-2000:]}")
     return time.monotonic() - t0
 
 

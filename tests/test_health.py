@@ -58,6 +58,10 @@ def test_gradient_spikes_and_non_finite_numbers():
     assert _kinds(w, [{"losses/grad_norm": 50.0}]) == []
     out = w.update({"losses/grad_norm": 60.0})
     assert [e for e, _ in out] == ["health_grad_spike"] and out[0][1]["factor"] > 10
+    # clipped to 0.5, the same norms take steps of one size: no spike reaches the weights
+    w = HealthWatch(JOB, clip=0.5)
+    burst = [{"losses/grad_norm": 50.0}] * 3
+    assert _kinds(w, calm + burst + calm[:5] + burst) == []
     w = HealthWatch(JOB)
     assert _kinds(w, [{"losses/grad_norm": float("nan")}]) == ["health_grad_not_finite"]
     assert _kinds(w, [{"losses/value_loss": float("inf")}]) == ["health_value_loss_not_finite"]
@@ -148,9 +152,11 @@ JOBS = {
                                 "algorithm.params.vf_coef=0",
                                 f"environment.wrappers=[{SCALE.format(0, 0.01)}]",
                                 "logging.health.ev_updates=5"),
-    # rewards a thousand times larger from each env's 1000th step on
+    # rewards a thousand times larger from each env's 1000th step on, and no clipping
+    # of the gradient's norm to keep them from the step
     "grad_spike": ("cartpole_ppo.toml", "training.total_timesteps=14000",
-                   f"environment.wrappers=[{SCALE.format(1000, 1000.0)}]"),
+                   f"environment.wrappers=[{SCALE.format(1000, 1000.0)}]",
+                   "algorithm.params.max_grad_norm=1e9"),
     # every response scores 0
     "no_learning_signal": ("digitsum_grpo.toml", "training.total_timesteps=20000",
                            'environment.kwargs.reward="tests.envs:zero_reward"',

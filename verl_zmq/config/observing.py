@@ -22,7 +22,7 @@ class Health:
     entropy_stuck: float = 0.98  # ...above this share, it is stuck at its maximum
     entropy_stuck_updates: int = 100  # stuck: this many updates in a row, from the first
     # a gradient norm this many times the median of the 100 before it (3 such among
-    # the last 20 updates make the warning)
+    # the last 20 updates make the warning); norms as clipped by max_grad_norm
     grad_spike: float = 10.0
     # explained variance below this on average over ev_updates (updates whose value
     # targets vary by over 5% of their size: near-constant returns explain nothing);

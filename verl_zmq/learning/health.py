@@ -56,6 +56,9 @@ class HealthWatch:
     # gradient spikes are judged for on-policy learners only: an off-policy learner's
     # follow its target network's syncs, whose jumps are routine
     spikes: bool = True
+    # the learner's max_grad_norm: spikes are judged on the clipped norm, the one the
+    # step takes (a raw norm far past the clip moves the weights no further)
+    clip: float = math.inf
     updates: int = 0
     said: set[str] = field(default_factory=set)
     streaks: dict[str, Streak] = field(default_factory=dict)
@@ -131,9 +134,12 @@ class HealthWatch:
                       "max_grad_norm, scale rewards (environment.normalize_reward)",
                       grad_norm=str(gn))
             return
+        # CartPole's critic catching up with returns that jump once it is solved gives raw
+        # norms 30 times their median, but clipped to 0.5 they change nothing
+        step = min(gn, self.clip)
         if self.spikes and past_grace and len(self.grads) >= 20:
             median = statistics.median(self.grads)
-            self.spiked.append(median > 0 and gn > self.H.grad_spike * median)
+            self.spiked.append(median > 0 and step > self.H.grad_spike * median)
             # a lone outlier is a policy turning (CartPole's after it is solved); spikes
             # that recur are an update that is too large
             if sum(self.spiked) >= SPIKES:
@@ -141,9 +147,10 @@ class HealthWatch:
                           "gradient norms far above their recent median, again and again: "
                           "lower the learning rate or max_grad_norm; with large rewards, "
                           "normalize_reward", grad_norm=round(gn, 4),
-                          recent_median=round(median, 4), factor=round(gn / median, 1),
+                          clipped_to=self.clip if math.isfinite(self.clip) else None,
+                          recent_median=round(median, 4), factor=round(step / median, 1),
                           spikes=f"{sum(self.spiked)} of the last {len(self.spiked)} updates")
-        self.grads.append(gn)
+        self.grads.append(step)
 
     def _critic(self, m: dict[str, float], past_grace: bool,
                 out: list[tuple[str, Warning_]]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
@@ -77,7 +78,9 @@ class Trainer:
         H = job.logging.health  # the same grace and patience as the health checks'
         self.critic = CriticWatch(rewards_scaled=job.environment.normalize_reward,
                                   grace=H.grace_updates, patience=H.patience_updates)
-        self.health = HealthWatch(job, max_entropy(spec), spikes=self.algo.on_policy)
+        self.health = HealthWatch(job, max_entropy(spec), spikes=self.algo.on_policy,
+                                  clip=float(getattr(job.algorithm.params, "max_grad_norm",
+                                                     math.inf)))
         self.learn_s = 0.0
         self.stalls = Stalls(log, 2 * job.launch.liveness_timeout_s)
         # the policy's arrays as they were before the update running now (None: not

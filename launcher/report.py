@@ -260,7 +260,9 @@ def closing_block(summary: dict[str, Any], run_dir: Path, where: str) -> str:
     for w in summary.get("warnings", []):
         if w["event"] in ROLE_ENDS:  # the restarts and failures below say it
             if w["event"] == "role_died":
-                lines.append(f"  {'warning':<16} roles died x{w['count']} (restarted)")
+                n = sum(summary.get("restarts", {}).values())
+                lines.append(f"  {'warning':<16} roles died x{w['count']}"
+                             + (f" ({n} restarted)" if n else ""))
             continue
         lines.append(f"  {w['level']:<16} {w['event']} x{w['count']} "
                      f"({', '.join(w['members'][:4])}): {w['first']}"[:200])

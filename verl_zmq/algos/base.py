@@ -46,6 +46,15 @@ ObsTransform = Callable[[np.ndarray], np.ndarray]
 GradReduce = Callable[[Sequence[torch.Tensor] | None, dict[str, float]], dict[str, float]]
 
 
+def grad_norm(params: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The global norm of the gradients, from one foreach call."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    norm: torch.Tensor = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    return norm
+
+
 def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
     """`torch.nn.utils.clip_grad_norm_` without its per-call wrappers (a third of a
     small network's optimiser step on CPU): the global norm from one foreach
@@ -56,6 +65,18 @@ def clip_grad_norm(params: Sequence[torch.Tensor], max_norm: float) -> torch.Ten
     norm: torch.Tensor = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
     return norm
+
+
+def step_if_finite(opt: Any, norm: torch.Tensor) -> bool:
+    """Step unless the gradient's norm is NaN or infinite, as a loss scaler skips an
+    overflow: clipping by such a norm makes every weight NaN, and every sampler's
+    actions with them. The weights and the optimiser's state stay as they were; the
+    trainer ends the job after `training.max_nonfinite_updates` such in a row."""
+    if not bool(torch.isfinite(norm)):
+        opt.zero_grad(set_to_none=True)
+        return False
+    opt.step()
+    return True
 
 
 def scheduled(value: float, kind: str, fraction: float) -> float:

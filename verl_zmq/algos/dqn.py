@@ -22,7 +22,16 @@ from ..config import DQNParams, Job, Policy
 from ..envs.spaces import features
 from ..envs.spec import EnvSpec
 from ..policy.nets import mlp, obs_dim
-from .base import START, Algorithm, Learned, Progress, adam, clip_grad_norm, scheduled
+from .base import (
+    START,
+    Algorithm,
+    Learned,
+    Progress,
+    adam,
+    clip_grad_norm,
+    scheduled,
+    step_if_finite,
+)
 from .exploration import apex_priorities, epsilon, epsilon_greedy
 
 
@@ -143,7 +152,7 @@ class DQN(Algorithm[DQNParams]):
         if self.reduce_grads is not None:  # data-parallel ranks: the group's gradient
             self.reduce_grads(params, {})
         gn = clip_grad_norm(params, p.max_grad_norm)
-        self.opt.step()
+        step_if_finite(self.opt, gn)
         self.updates += 1
         if p.tau < 1.0:
             with torch.no_grad():

@@ -20,7 +20,7 @@ from ..config import Job, Policy, SACParams
 from ..envs.spaces import features
 from ..envs.spec import EnvSpec
 from ..policy.nets import mlp, obs_dim
-from .base import START, Algorithm, Learned, Progress, adam
+from .base import START, Algorithm, Learned, Progress, adam, grad_norm, step_if_finite
 from .exploration import ActionNoise
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -173,7 +173,7 @@ class SAC(Algorithm[SACParams]):
         self.q_opt.zero_grad(set_to_none=True)
         q_loss.backward()
         self._reduce(self._critic_params)
-        self.q_opt.step()
+        step_if_finite(self.q_opt, grad_norm(self._critic_params))
         with self.autocast():
             a, logp = self.actor(t["obs"])
             # the actor's loss needs gradients through Q to the action, not Q's weights
@@ -195,13 +195,13 @@ class SAC(Algorithm[SACParams]):
         self.pi_opt.zero_grad(set_to_none=True)
         pi_loss.backward()
         self._reduce(self._actor_params)
-        self.pi_opt.step()
+        step_if_finite(self.pi_opt, grad_norm(self._actor_params))
         if p.autotune_alpha:
             a_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
             self.a_opt.zero_grad(set_to_none=True)
             a_loss.backward()
             self._reduce([self.log_alpha])
-            self.a_opt.step()
+            step_if_finite(self.a_opt, grad_norm([self.log_alpha]))
         with torch.no_grad():
             torch._foreach_lerp_(self._target_params, self._critic_params, p.tau)
         self.updates += 1

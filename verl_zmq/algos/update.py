@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..policy.value_norm import ValueNorm
-from .base import clip_grad_norm
+from .base import clip_grad_norm, step_if_finite
 from .core import KLController
 
 
@@ -75,11 +75,12 @@ def optimiser_step(opt: Any, loss: torch.Tensor, params: Sequence[torch.Tensor],
                    max_grad_norm: float,
                    between: Callable[[], None] | None = None) -> torch.Tensor:
     """Backward, clip the global gradient norm, step; `between` runs after the
-    backward pass (a gossip peer averages gradients there). The norm before clipping."""
+    backward pass (a gossip peer averages gradients there). The norm before clipping
+    (not finite: the step was skipped)."""
     opt.zero_grad(set_to_none=True)
     loss.backward()  # type: ignore[no-untyped-call]
     if between is not None:
         between()
     norm = clip_grad_norm(params, max_grad_norm)
-    opt.step()
+    step_if_finite(opt, norm)
     return norm

@@ -42,6 +42,10 @@ def check_semantics(job: Job, source: str) -> None:
         ("evaluation.n_eval_episodes", job.evaluation.n_eval_episodes),
         ("checkpoint.interval_steps", job.checkpoint.interval_steps),
     ])
+    if tr.max_nonfinite_updates < 0:
+        raise ConfigError(f"{source}: training.max_nonfinite_updates: expected 0 (never end "
+                          f"the job) or a positive number of updates, got "
+                          f"{tr.max_nonfinite_updates!r}")
     if job.evaluation.confirm_episodes < 0:
         raise ConfigError(f"{source}: evaluation.confirm_episodes: expected 0 (3 x "
                           f"n_eval_episodes) or a positive number of episodes, got "

@@ -208,6 +208,9 @@ class Training:
     stop_at_episode_return: float | None = None  # end at this last-100-episode training mean
     num_learners: int = 1  # data parallel: processes (torch.distributed), gradients all-reduced
     learner_timeout_s: float = 60.0  # a rendezvous or collective waits at most this
+    # updates in a row whose loss or gradient is NaN or infinite (each one skipped, the
+    # weights kept) before the learner ends the job with the cause; 0: never
+    max_nonfinite_updates: int = 20
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import time
 import traceback
 from typing import Any
 
+from ..fatal import CannotGoOn
 from .base import Role, RoleRefused
 from .membership import RegistryClient
 
@@ -140,6 +141,12 @@ async def serve(role: Role, install_signals: bool = True) -> int:
         pass
     except* RoleRefused as eg:
         role.log.error("registration_refused", error=str(eg.exceptions[0]))
+        rc = EXIT_REFUSED
+    except* CannotGoOn as eg:
+        why = str(next(iter(_leaves(eg))))  # the learner's own task group nests it
+        role.log.error("cannot_go_on", error=why)
+        with contextlib.suppress(OSError, ValueError):  # the line the launcher shows
+            print(f"error: {role.id}: {why}", file=sys.stderr, flush=True)
         rc = EXIT_REFUSED
     except* Exception as eg:
         for e in _leaves(eg):

@@ -36,6 +36,7 @@ from ..algos.base import (
     adam,
     clip_grad_norm,
     scheduled,
+    step_if_finite,
 )
 from ..algos.core import (
     ADVANTAGE_ESTIMATORS,
@@ -330,7 +331,7 @@ class HFGRPO(Algorithm[GRPOParams]):
         if not seen:
             return {}
         norm = clip_grad_norm(params, p.max_grad_norm)
-        self.opt.step()
+        step_if_finite(self.opt, norm)
         new_f, old_f, ratio = (torch.cat(t) for t in zip(*seen, strict=True))
         totals["losses/grad_norm"] = norm
         totals |= clip_stats(new_f, old_f, ratio, low, high, verl_names=True)

@@ -327,3 +327,15 @@ def test_total_epochs_sets_the_budget_from_the_prompts_kept(tmp_path):
     bad = CliRunner().invoke(main, ["check", str(JOB), *sum(
         (["--set", o] for o in [*base, "environment.kwargs.total_epochs=-1"]), [])])
     assert bad.exit_code == 2 and "environment.kwargs.total_epochs" in bad.output
+
+
+def test_sft_step_size_warms_up_then_follows_its_schedule():
+    """verl's SFT optimiser: a linear warmup over warmup_steps_ratio of the steps,
+    then a cosine to 0 (or constant)."""
+    from verl_zmq.seq.hf_sft import sft_lr_factor
+
+    f = [sft_lr_factor(i, steps=100, warmup=10, kind="cosine") for i in range(100)]
+    assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0) and f[10] == 1.0
+    assert all(a >= b for a, b in zip(f[10:], f[11:])) and f[-1] < 0.001
+    assert f[55] == pytest.approx(0.5, abs=0.02)
+    assert [sft_lr_factor(i, 100, 0, "constant") for i in (0, 50, 99)] == [1.0, 1.0, 1.0]

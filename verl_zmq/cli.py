@@ -169,8 +169,16 @@ def run(job_path, overrides, run_dir, no_env_check):
                    "worked solutions.")
 @click.option("--response-dict-keys", default="",
               help="verl's spelling: the key inside --response-key's dict.")
+@click.option("--lr-scheduler", type=click.Choice(["cosine", "constant"]), default="cosine",
+              show_default=True, help="A Hugging Face model's step size after the warmup "
+                                      "(verl's optim.lr_scheduler): cosine decays it to 0.")
+@click.option("--warmup-ratio", default=0.1, show_default=True,
+              help="A Hugging Face model's share of --steps with the step size rising from 0 "
+                   "(verl's optim.warmup_steps_ratio).")
+@click.option("--clip-grad", default=1.0, show_default=True,
+              help="A Hugging Face model's gradient norm clip (verl's optim.clip_grad).")
 def sft(job_path, overrides, out, steps, batch_prompts, lr, stop_at_accuracy, eval_every,
-        response_key, response_dict_keys):
+        response_key, response_dict_keys, lr_scheduler, warmup_ratio, clip_grad):
     """Warm-start JOB's policy on demonstrations of its sequence task; write --out."""
     import json
 
@@ -182,8 +190,11 @@ def sft(job_path, overrides, out, steps, batch_prompts, lr, stop_at_accuracy, ev
     if job.algorithm.policy.kind == "hf":  # a Hugging Face model: --out is a folder
         from .seq.hf_sft import run_hf_sft as run_sft
 
+        if not 0 <= warmup_ratio < 1 or clip_grad <= 0:
+            fail("--warmup-ratio: expected a share in [0, 1), --clip-grad a positive norm")
         extra = {"response_key": key,
-                 "warn": lambda m: click.secho(f"warning: {m}", fg="yellow", err=True)}
+                 "warn": lambda m: click.secho(f"warning: {m}", fg="yellow", err=True),
+                 "schedule": (lr_scheduler, warmup_ratio, clip_grad)}
     elif key != "reward_model.ground_truth":
         fail("--response-key: read for a Hugging Face model's prompt file alone "
              "(algorithm.policy.kind = \"hf\")")

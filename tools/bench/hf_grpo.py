@@ -68,6 +68,8 @@ def run_once(seed: int, work: Path, updates: int = UPDATES, sft_steps: int = SFT
     sft_dir = work / "sft"
     cmd = [sys.executable, "-m", "verl_zmq.cli", "sft", str(JOB), "--out", str(sft_dir),
            "--steps", str(sft_steps), "--lr", "3e-3", "--eval-every", str(sft_steps),
+           # the constant step size, unclipped, that docs/benchmarks.md's row was run with
+           "--lr-scheduler", "constant", "--warmup-ratio", "0", "--clip-grad", "1e9",
            *[x for s in sets for x in ("--set", s)]]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
     if r.returncode:

@@ -2,20 +2,24 @@
 prompt (chat template, generation prompt) followed by its response (the ground
 truth, or the column `response_key` names, as verl's SFT reads
 `extra_info.answer`) and the end token, trained by cross-entropy on the response
-tokens only; validated by greedy exact match on the val file; written as a
+tokens only, with verl's SFT optimiser (a warmup, then a cosine decay; the
+gradient norm clipped); validated by greedy exact match on the val file; written as a
 Hugging Face folder that a GRPO job's `algorithm.policy.path` names (its initial
 and reference policy)."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..algos.base import clip_grad_norm, step_if_finite
 from .hf import pad_left
 
 __all__ = ["run_hf_sft"]
@@ -81,16 +85,28 @@ def scorable(algo: Any, records: list[Any], texts: list[str], sample: int = 200)
     return float(np.mean(got)) if got else 0.0
 
 
+def sft_lr_factor(i: int, steps: int, warmup: int, kind: str) -> float:
+    """The share of the step size at step `i` (from 0): rising linearly over
+    `warmup` steps, then constant or a cosine down to 0 at `steps`."""
+    if i < warmup:
+        return (i + 1) / warmup
+    if kind == "constant":
+        return 1.0
+    return 0.5 * (1.0 + math.cos(math.pi * (i - warmup) / max(1, steps - warmup)))
+
+
 def run_hf_sft(job: Any, steps: int, out: str, batch_prompts: int = 64, lr: float = 1e-3,
                stop_at_accuracy: float | None = None, eval_every: int = 50,
                report: Callable[[dict], None] | None = None,
                response_key: str = RESPONSE_KEY,
-               warn: Callable[[str], None] | None = None) -> Any:
+               warn: Callable[[str], None] | None = None,
+               schedule: tuple[str, float, float] = ("cosine", 0.1, 1.0)) -> Any:
     """Train the job's model on its train file's responses (`response_key`: the
     ground truth, or e.g. the worked solution `extra_info.answer`) for `steps`
     steps (or until greedy accuracy on the val file reaches `stop_at_accuracy`);
     write the folder. `warn` hears when the responses themselves score low under
-    the job's reward: a model that learns them would too."""
+    the job's reward: a model that learns them would too. `schedule`: verl's SFT
+    optimiser, (lr_scheduler "cosine" or "constant", warmup_steps_ratio, clip_grad)."""
     from ..algos import make_algorithm
     from ..envs.make import env_spec
     from .sft import SFTResult
@@ -107,7 +123,11 @@ def run_hf_sft(job: Any, steps: int, out: str, batch_prompts: int = 64, lr: floa
              f"(--response-key extra_info.answer, where verl's preprocessing keeps it), or "
              f"choose a reward that scores these responses")
     model = algo.model
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(trained, lr=lr)
+    kind, warmup_ratio, clip = schedule
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, partial(
+        sft_lr_factor, steps=steps, warmup=int(warmup_ratio * steps), kind=kind))
     rng = np.random.default_rng(job.experiment.seed)
     t0 = time.monotonic()
     acc, step = 0.0, 0
@@ -126,7 +146,8 @@ def run_hf_sft(job: Any, steps: int, out: str, batch_prompts: int = 64, lr: floa
         loss = -(logp.sum() / rm.sum())
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        step_if_finite(opt, clip_grad_norm(trained, clip))
+        sched.step()
         if step % eval_every == 0 or step == steps:
             acc = float(algo.validate().mean())
             if report is not None:

@@ -25,6 +25,7 @@ from .fate import Fate, restart_delay
 from .forking import ForkedProcess, ForkServer, from_zygote, own_cpus, zygote_modules
 from .hooks import Hooks
 from .lost import SSH_LOST, LostHosts, node_failed
+from .memory import reap_through_pidfds, trim_loop
 from .plan import Placement, Plan
 from .relay import relay_events
 from .remote import RoleProcess, full_argv, last_lines, make_bundle
@@ -248,6 +249,8 @@ class Supervisor:
         if signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self.on_signal, sig)
+            reap_through_pidfds()  # the main thread's loop: no thread per child
+        trimming = asyncio.create_task(trim_loop())
         zygote = asyncio.create_task(self._fork_server(torch=True))
         light = await self._fork_server()
         servers = [light] if light is not None else []
@@ -281,6 +284,7 @@ class Supervisor:
                 async with asyncio.timeout(5):
                     await forks.proc.wait()
         progress.cancel()
+        trimming.cancel()
         for w in watchers:
             w.cancel()
         new = self.view.poll()

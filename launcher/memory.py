@@ -20,25 +20,37 @@ import ctypes
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 TRIM_EVERY_S = 60.0
 
 
-def reap_through_pidfds() -> bool:
-    """Use asyncio's pidfd child watcher for this thread's loops (the main thread's
-    only: where the launcher runs in a thread of its own, a notebook's, the default
-    stays). True when it is in use."""
+@contextlib.contextmanager
+def reaping_through_pidfds() -> Iterator[bool]:
+    """Within: the running loop (the main thread's) reaps its children through
+    pidfds, with no thread per child; after, the child watcher that was there
+    before, so that a loop in another thread (a notebook's) still has one that
+    works there. Yields whether pidfds are in use."""
     if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return False  # 3.12 picks pidfds itself
+        yield False  # 3.12 picks pidfds itself
+        return
     try:
         os.close(os.pidfd_open(os.getpid()))  # the kernel has them (Linux 5.3+)
     except OSError:
-        return False
+        yield False
+        return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
-    return True
+        before = asyncio.get_child_watcher()
+        watcher = asyncio.PidfdChildWatcher()
+        watcher.attach_loop(asyncio.get_running_loop())
+        asyncio.set_child_watcher(watcher)
+    try:
+        yield True
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            asyncio.set_child_watcher(before)  # closes ours
 
 
 def _malloc_trim() -> Callable[[int], int] | None:

@@ -25,7 +25,7 @@ from .fate import Fate, restart_delay
 from .forking import ForkedProcess, ForkServer, from_zygote, own_cpus, zygote_modules
 from .hooks import Hooks
 from .lost import SSH_LOST, LostHosts, node_failed
-from .memory import reap_through_pidfds, trim_loop
+from .memory import reaping_through_pidfds, trim_loop
 from .plan import Placement, Plan
 from .relay import relay_events
 from .remote import RoleProcess, full_argv, last_lines, make_bundle
@@ -246,10 +246,14 @@ class Supervisor:
         """Start every role and supervise the job to its end; `signals`: SIGINT and
         SIGTERM stop it (only where handlers can be installed: the main thread)."""
         loop = asyncio.get_running_loop()
-        if signals:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, self.on_signal, sig)
-            reap_through_pidfds()  # the main thread's loop: no thread per child
+        if not signals:
+            return await self._run()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.on_signal, sig)
+        with reaping_through_pidfds():  # the main thread's loop: no thread per child
+            return await self._run()
+
+    async def _run(self) -> int:
         trimming = asyncio.create_task(trim_loop())
         zygote = asyncio.create_task(self._fork_server(torch=True))
         light = await self._fork_server()

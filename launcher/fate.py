@@ -57,6 +57,18 @@ class Fate:
         self.placements = placements
         self.failed: list[str] = []
 
+    def job_ended(self, exits: dict[str, int | None]) -> bool:
+        """Whether the job is over, from each member's exit code (None: running):
+        the rendezvous (registry) exited cleanly, or every trainer exited cleanly or
+        failed for good, one of them cleanly."""
+        by_role = [(role_traits(p.role), exits.get(p.member_id)) for p in self.placements]
+        if all(rc == 0 for t, rc in by_role if t.rendezvous):
+            return True
+        trainers = [(p.member_id, exits.get(p.member_id)) for p in self.placements
+                    if role_traits(p.role).trains]
+        ended = [rc == 0 or m in self.failed for m, rc in trainers]
+        return bool(trainers and all(ended) and any(rc == 0 for _, rc in trainers))
+
     def vital(self, p: Placement) -> bool:
         """A centralised job's registry and learners."""
         return role_traits(p.role).vital and not self.decentralised

@@ -205,13 +205,7 @@ class Supervisor:
             self.failed.remove(p.member_id)
 
     def _done(self) -> bool:
-        reg_done = all(rp.exit_code == 0 for rp in self.procs
-                       if role_traits(rp.placement.role).rendezvous)
-        trainers = [rp for rp in self.procs if role_traits(rp.placement.role).trains]
-        # done when every trainer has exited cleanly or failed for good, one cleanly
-        ended = [rp.exit_code == 0 or rp.placement.member_id in self.failed for rp in trainers]
-        clean = any(rp.exit_code == 0 for rp in trainers)
-        return reg_done or bool(trainers and all(ended) and clean)
+        return self.fate.job_ended({rp.placement.member_id: rp.exit_code for rp in self.procs})
 
     async def _progress_loop(self) -> None:
         every = 0.5 if self.term.tty else 10.0
@@ -245,12 +239,11 @@ class Supervisor:
     async def run(self, signals: bool = True) -> int:
         """Start every role and supervise the job to its end; `signals`: SIGINT and
         SIGTERM stop it (only where handlers can be installed: the main thread)."""
-        loop = asyncio.get_running_loop()
-        if not signals:
-            return await self._run()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.on_signal, sig)
-        with reaping_through_pidfds():  # the main thread's loop: no thread per child
+        if signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                asyncio.get_running_loop().add_signal_handler(sig, self.on_signal, sig)
+        # the main thread's loop reaps children through pidfds: no thread per child
+        with reaping_through_pidfds() if signals else contextlib.nullcontext():
             return await self._run()
 
     async def _run(self) -> int:

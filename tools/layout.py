@@ -26,7 +26,7 @@ PACKAGES = ("verl_zmq", "launcher")
 LAYERS: tuple[tuple[str, ...], ...] = (
     # plain data and helpers: no role, no torch
     ("verl_zmq.version", "verl_zmq.plugins", "verl_zmq.log", "verl_zmq.files", "verl_zmq.importing",
-     "verl_zmq.blas", "verl_zmq.config"),
+     "verl_zmq.blas", "verl_zmq.config", "verl_zmq.fatal", "verl_zmq.sandbox"),
     # bytes on the wire, sockets; spaces, envs and the fragment's layout
     ("verl_zmq.wire", "verl_zmq.comm", "verl_zmq.envs", "verl_zmq.normalize",
      "verl_zmq.batch"),

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import typing
 from dataclasses import dataclass
 from typing import Literal
@@ -53,6 +54,10 @@ class Params:
     def n_step_returns(self) -> int:
         """The n of the n-step returns the shards compute (1: one step)."""
         return 1
+
+    def grad_clip(self) -> float:
+        """The global gradient norm updates are clipped to (inf: not clipped)."""
+        return math.inf
 
     def problems(self) -> list[str]:
         """What is wrong with these values together: each a sentence naming keys."""
@@ -123,6 +128,9 @@ class PPOParams(Params):
     overlong_buffer_len: int = 0
     overlong_penalty_factor: float = 1.0  # see overlong_buffer_len
 
+    def grad_clip(self) -> float:
+        return self.max_grad_norm
+
     def decoupled_clip(self) -> tuple[float, float]:
         """The ratio's clip (1 - low, 1 + high) where an algorithm decouples it."""
         return self.clip_range, self.clip_range
@@ -163,6 +171,9 @@ class DQNParams(Params):
     apex_eps: float = 0.4  # apex: sampler i of N acts with apex_eps ^ (1 + apex_alpha i/(N-1))
     apex_alpha: float = 7.0  # apex: see apex_eps
     max_grad_norm: float = 10.0  # gradients are clipped to this global norm
+
+    def grad_clip(self) -> float:
+        return self.max_grad_norm
 
     def n_step_returns(self) -> int:
         return self.n_step

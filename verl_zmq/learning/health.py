@@ -22,6 +22,7 @@ from typing import Any
 from ..config import Job
 from ..config.observing import Health
 from ..envs.spec import EnvSpec
+from ..fatal import CannotGoOn
 
 Warning_ = dict[str, Any]
 SPIKES = 3  # gradient spikes among the last 20 updates that make a warning
@@ -302,3 +303,26 @@ class ShardHealth:
             "remedy": "the learner samples far more or less than replay.samples_per_insert "
                       "asks: lower replay.error_buffer so the limiter holds it, or change "
                       "the number of samplers against the learner's speed"})]
+
+
+@dataclass
+class NonFinite:
+    """Updates in a row whose losses or gradient norm are not finite (the algorithm
+    skipped their step); at `limit` (`training.max_nonfinite_updates`, 0: never) the
+    job cannot learn, and `see` ends it with the cause instead of training on nothing."""
+
+    limit: int
+    streak: int = 0
+
+    def see(self, m: dict[str, float], version: int) -> None:
+        bad = sorted(k for k, v in m.items()
+                     if k.startswith("losses/") and not math.isfinite(float(v)))
+        self.streak = self.streak + 1 if bad else 0
+        if self.limit and self.streak >= self.limit:
+            raise CannotGoOn(
+                f"{self.streak} updates in a row had a loss or gradient that is not finite "
+                f"({', '.join(f'{k}={m[k]}' for k in bad[:3])}), at version {version}: each "
+                "was skipped and nothing more can be learned. Scale the rewards "
+                "(environment.normalize_reward = true), lower "
+                "algorithm.params.learning_rate, or check the env's rewards and observations "
+                "for NaN or huge values")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
@@ -37,13 +36,12 @@ from ..comm.stalls import Stalls
 from ..config import Job, dumps_job
 from ..config.wiring import REQUESTS
 from ..envs.spec import EnvSpec
-from ..fatal import CannotGoOn
 from ..files import clean_temporaries, free_mb
 from ..log import write_failed
 from ..normalize import RunningMeanStd, obs_norm, scale_rewards
 from .critic_watch import CriticWatch
 from .data_parallel import LearnerGroup
-from .health import HealthWatch, max_entropy
+from .health import HealthWatch, NonFinite, max_entropy
 from .histograms import snapshot
 from .state import TrainState
 
@@ -80,10 +78,9 @@ class Trainer:
         self.critic = CriticWatch(rewards_scaled=job.environment.normalize_reward,
                                   grace=H.grace_updates, patience=H.patience_updates)
         self.health = HealthWatch(job, max_entropy(spec), spikes=self.algo.on_policy,
-                                  clip=float(getattr(job.algorithm.params, "max_grad_norm",
-                                                     math.inf)))
+                                  clip=job.algorithm.params.grad_clip())
         self.learn_s = 0.0
-        self.nonfinite = 0  # updates in a row whose step was skipped as not finite
+        self.diverged = NonFinite(job.training.max_nonfinite_updates)
         self.stalls = Stalls(log, 2 * job.launch.liveness_timeout_s)
         # the policy's arrays as they were before the update running now (None: not
         # taken since the weights last changed); see `arrays`
@@ -115,23 +112,6 @@ class Trainer:
 
     # -- updates and params -------------------------------------------------------
 
-    def _finite(self, m: Mapping[str, float]) -> None:
-        """Count updates in a row whose losses or gradient norm are not finite (the
-        algorithm skipped their step); at `training.max_nonfinite_updates` the job
-        cannot learn: end it with the cause instead of training on nothing."""
-        bad = sorted(k for k, v in m.items()
-                     if k.startswith("losses/") and not math.isfinite(float(v)))
-        self.nonfinite = self.nonfinite + 1 if bad else 0
-        limit = self.job.training.max_nonfinite_updates
-        if limit and self.nonfinite >= limit:
-            raise CannotGoOn(
-                f"{self.nonfinite} updates in a row had a loss or gradient that is not finite "
-                f"({', '.join(f'{k}={m[k]}' for k in bad[:3])}), at version "
-                f"{self.state.version}: each was skipped and nothing more can be learned. "
-                "Scale the rewards (environment.normalize_reward = true), lower "
-                "algorithm.params.learning_rate, or check the env's rewards and observations "
-                "for NaN or huge values")
-
     async def update(self, batch: Mapping[str, np.ndarray]) -> Learned:
         """One update in a worker thread (heartbeats and receiving go on meanwhile)."""
         steps, total = self.state.env_steps, self.job.training.total_timesteps
@@ -151,7 +131,7 @@ class Trainer:
         self.learn_s += dt
         self.state.version += 1
         self.last_metrics = learned.metrics
-        self._finite(learned.metrics)
+        self.diverged.see(learned.metrics, self.state.version)
         if (flat := self.critic.check(learned.metrics)) is not None:
             self.log.warning("critic_flat", version=self.state.version, **flat)
         for event, fields in self.health.update(learned.metrics):

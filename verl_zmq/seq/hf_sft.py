@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..algos.base import clip_grad_norm, step_if_finite
-from .hf import pad_left
+from .hf import pad_left, response_logprobs
 
 __all__ = ["run_hf_sft"]
 
@@ -85,6 +85,16 @@ def scorable(algo: Any, records: list[Any], texts: list[str], sample: int = 200)
     return float(np.mean(got)) if got else 0.0
 
 
+def _responses(answers: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids padded on the right, and their mask."""
+    resp = torch.full((len(answers), max(map(len, answers))), pad, dtype=torch.long)
+    mask = torch.zeros_like(resp)
+    for j, a in enumerate(answers):
+        resp[j, :len(a)] = torch.as_tensor(a)
+        mask[j, :len(a)] = 1
+    return resp, mask
+
+
 def sft_lr_factor(i: int, steps: int, warmup: int, kind: str) -> float:
     """The share of the step size at step `i` (from 0): rising linearly over
     `warmup` steps, then constant or a cosine down to 0 at `steps`."""
@@ -134,14 +144,7 @@ def run_hf_sft(job: Any, steps: int, out: str, batch_prompts: int = 64, lr: floa
     for step in range(1, steps + 1):
         idx = rng.integers(0, len(prompts), batch_prompts)
         p, pm = pad_left([prompts[i] for i in idx], algo.pad)
-        R = max(len(answers[i]) for i in idx)
-        resp = torch.full((len(idx), R), algo.pad, dtype=torch.long)
-        rm = torch.zeros((len(idx), R), dtype=torch.long)
-        for j, i in enumerate(idx):
-            resp[j, :len(answers[i])] = torch.as_tensor(answers[i])
-            rm[j, :len(answers[i])] = 1
-        from .hf import response_logprobs
-
+        resp, rm = _responses([answers[i] for i in idx], algo.pad)
         logp = response_logprobs(model, p, pm, resp, rm)
         loss = -(logp.sum() / rm.sum())
         opt.zero_grad(set_to_none=True)

@@ -212,11 +212,14 @@ def sequence_horizon(job: Any) -> int:
     return g.horizon(job.environment.kwargs) if g is not None else 0
 
 
-def response_minibatches(seq: torch.Tensor, n: int, mbs: int) -> list[torch.Tensor]:
+def response_minibatches(seq: torch.Tensor, n: int, mbs: int,
+                         shuffle: bool = True) -> list[torch.Tensor]:
     """Minibatch indices over `n` steps of whole responses (`seq`: each step's
-    response), shuffled, about `mbs` steps each."""
+    response), shuffled (or in order, drawing nothing from the RNG), about `mbs`
+    steps each."""
     ids, inv = torch.unique(seq, return_inverse=True)
-    order = torch.randperm(len(ids), device=seq.device)
+    order = torch.randperm(len(ids), device=seq.device) if shuffle else \
+        torch.arange(len(ids), device=seq.device)
     rank = torch.empty_like(order)
     rank[order] = torch.arange(len(ids), device=seq.device)
     by_response = torch.argsort(rank[inv], stable=True)  # steps, responses shuffled
@@ -224,3 +227,21 @@ def response_minibatches(seq: torch.Tensor, n: int, mbs: int) -> list[torch.Tens
     cuts = torch.searchsorted(rank[inv][by_response],
                               torch.arange(per, len(ids), per, device=seq.device))
     return [c for c in torch.tensor_split(by_response, cuts.cpu()) if len(c)]
+
+
+def minibatch_indices(n: int, mbs: int, seq: torch.Tensor, whole_responses: bool,
+                      count: int | None = None, shuffle: bool = True) -> list[torch.Tensor]:
+    """An epoch's minibatch indices over `n` steps: whole responses of about `mbs`
+    tokens each (sequence tasks), else `mbs` steps each, or `count` parts (a peer
+    reducing gradients takes as many as every other peer, whatever its batch
+    holds). Shuffled, the last part short of `mbs` steps is left out; in order
+    (`shuffle` false), every step is in one part."""
+    if whole_responses:
+        return response_minibatches(seq, n, mbs, shuffle)
+    order = torch.randperm(n, device=seq.device) if shuffle else \
+        torch.arange(n, device=seq.device)
+    if count is not None:  # (n varies: steps after an episode's end are void)
+        return list(torch.tensor_split(order, max(1, min(n, count))))
+    if not shuffle:
+        return list(torch.tensor_split(order, list(range(mbs, n, mbs))))
+    return [order[s:s + mbs] for s in range(0, n - mbs + 1, mbs)]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
@@ -41,10 +40,19 @@ from .core import (
     critic_fit,
     lookup,
 )
-from .grouped import response_minibatches, sequence_horizon
+from .grouped import minibatch_indices, sequence_horizon
+from .recipe import Recipe
 from .recurrence import Passed, act_recurrent, cut_sequences, sequence_pass
 from .reference import reference_logp
-from .update import clip_stats, kl_loss, kl_to_reference, optimiser_step, value_loss
+from .update import (
+    behaviour_weighted,
+    clip_stats,
+    kl_loss,
+    kl_to_reference,
+    optimiser_step,
+    proximal_logp,
+    value_loss,
+)
 
 __all__ = ["PPO", "Recipe", "clipped_surrogate", "compute_gae"]
 
@@ -52,22 +60,6 @@ Arrays = Mapping[str, np.ndarray]
 
 
 PG = TypeVar("PG", bound=PPOParams)  # the policy-gradient family's params
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """How a member of the PPO family composes its update from `core.py`'s
-    registered functions: which advantage estimator (None: "gae", or "vtrace"
-    with `params.vtrace`), whether it has a critic, whether its clip is the
-    decoupled [1 - clip_low, 1 + clip_high] or the scheduled `clip_range`, and
-    whether it learns from whole responses (sequence tasks: only responses that
-    ended in the batch and were scored, minibatches of whole responses)."""
-
-    advantage: str | None = None
-    critic: bool = True
-    decoupled_clip: bool = False
-    whole_responses: bool = False
-    policy_loss: str = "clipped"
 
 
 class PPO(Algorithm[PG], Generic[PG]):
@@ -282,9 +274,14 @@ class PPO(Algorithm[PG], Generic[PG]):
         if critic and p.normalize_advantage and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         low, high = self.clip()
-        pg, ratio = self.policy_loss_fn(new_logp, mb["logp"], adv, low, high, p.clip_ratio_c)
-        pg_loss = self.aggregate(pg, mb, self.horizon)
         stats: dict[str, Any] = {}
+        # the clip's anchor: the behaviour policy, or (decoupled) the policy as this
+        # update started, each step then weighted by it over the behaviour's
+        anchor = mb.get("prox_logp", mb["logp"])
+        pg, ratio = self.policy_loss_fn(new_logp, anchor, adv, low, high, p.clip_ratio_c)
+        if "prox_logp" in mb:
+            pg = behaviour_weighted(pg, anchor, mb["logp"], p.behav_imp_weight_cap, stats)
+        pg_loss = self.aggregate(pg, mb, self.horizon)
         loss = pg_loss
         if critic:
             v_loss = value_loss(values(), mb["ret"], mb["value"], p.clip_range_vf,
@@ -294,7 +291,7 @@ class PPO(Algorithm[PG], Generic[PG]):
         entropy = self.net.entropy(d).mean()
         loss = loss - p.ent_coef * entropy + self.kl_term(new_logp, mb, stats)
         # post-training: verl's names beside ours
-        stats |= clip_stats(new_logp, mb["logp"], ratio, low, high, self.recipe.whole_responses)
+        stats |= clip_stats(new_logp, anchor, ratio, low, high, self.recipe.whole_responses)
         with torch.no_grad():
             stats |= {"losses/policy_loss": pg_loss, "losses/entropy": entropy}
             if p.clip_ratio_c > 1.0:
@@ -302,19 +299,13 @@ class PPO(Algorithm[PG], Generic[PG]):
                                                     ).float().mean()
         return loss, stats
 
-    def _minibatches(self, n: int, mbs: int, seq: torch.Tensor) -> list[torch.Tensor]:
-        """One epoch's minibatch indices: whole responses of about `mbs` tokens each
-        (sequence tasks), else `mbs` steps each. Reducing gradients with peers, every
-        peer takes the same number (the job's batch over its minibatch size) whatever
-        its batch holds, so their rounds pair up."""
-        if self.recipe.whole_responses:
-            return response_minibatches(seq, n, mbs)
-        perm = torch.randperm(n, device=self.device)
-        if self.reduce_grads is not None:  # (n varies: steps after an episode's end are void)
-            p = self.params
-            k = ceil_div(p.batch_size, p.minibatch_size)
-            return list(torch.tensor_split(perm, max(1, min(n, k))))
-        return [perm[s:s + mbs] for s in range(0, n - mbs + 1, mbs)]
+    def _minibatches(self, n: int, mbs: int, seq: torch.Tensor,
+                     shuffle: bool = True) -> list[torch.Tensor]:
+        """One epoch's minibatch indices (`grouped.minibatch_indices`); reducing
+        gradients with peers, the job's batch over its minibatch size of them."""
+        p = self.params
+        count = ceil_div(p.batch_size, p.minibatch_size) if self.reduce_grads else None
+        return minibatch_indices(n, mbs, seq, self.recipe.whole_responses, count, shuffle)
 
     def learn(self, batch: Arrays, at: Progress = START) -> Learned:
         p = self.params
@@ -327,6 +318,8 @@ class PPO(Algorithm[PG], Generic[PG]):
         data, estimated = self.prepare(batch)
         n = len(data["adv"])  # steps, or a recurrent update's sequences
         mbs = max(1, p.minibatch_size // self.chunk) if self.recurrent else p.minibatch_size
+        if p.decoupled_loss:
+            data["prox_logp"] = self._proximal(data, max(1, min(mbs, n)))
         sums, count = self._epochs(data, at, max(1, min(mbs, n)))
         self.updates += 1
         out = {k: float(v) / max(count, 1) for k, v in sums.items()}
@@ -347,6 +340,16 @@ class PPO(Algorithm[PG], Generic[PG]):
         out.update(estimated)
         out.update(self.filter_stats)
         return Learned(out, samples={"advantages": data["adv"]})
+
+    def _proximal(self, data: dict[str, torch.Tensor], mbs: int) -> torch.Tensor:
+        """The decoupled loss's anchor (`update.proximal_logp`), once per batch."""
+        def logp(mb: Mapping[str, torch.Tensor]) -> torch.Tensor:
+            d, _, flat = self._forward(mb)
+            return self.net.log_prob(d, flat["action"])
+
+        parts = self._minibatches(len(data["adv"]), mbs, data["seq"], shuffle=False)
+        with self.autocast():
+            return proximal_logp(data, logp, parts)
 
     def _epochs(self, data: dict[str, torch.Tensor], at: Progress,
                 mbs: int) -> tuple[dict[str, Any], int]:

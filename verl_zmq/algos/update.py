@@ -84,3 +84,29 @@ def optimiser_step(opt: Any, loss: torch.Tensor, params: Sequence[torch.Tensor],
     norm = clip_grad_norm(params, max_grad_norm)
     step_if_finite(opt, norm)
     return norm
+
+
+def proximal_logp(data: Mapping[str, torch.Tensor],
+                  logp: Callable[[Mapping[str, torch.Tensor]], torch.Tensor],
+                  parts: list[torch.Tensor]) -> torch.Tensor:
+    """log pi(a|s) of every step of `data` under the policy as an update starts,
+    without gradients, a pass per index set of `parts` (which cover every step): the
+    proximal policy of the decoupled objective (Fu et al. 2025, AReaL)."""
+    out = torch.empty_like(data["logp"])
+    with torch.no_grad():
+        for idx in parts:
+            out[idx] = logp({k: v[idx] for k, v in data.items()}).float()
+    return out
+
+
+def behaviour_weighted(per_step: torch.Tensor, prox_logp: torch.Tensor,
+                       behav_logp: torch.Tensor, cap: float,
+                       stats: dict[str, Any]) -> torch.Tensor:
+    """The decoupled objective's per-step loss: the loss clipped around the proximal
+    policy, weighted by pi_prox / pi_behav (the sampler's policy, however stale),
+    capped at `cap` where it is > 0."""
+    w = (prox_logp - behav_logp).clamp(-20.0, 20.0).exp()
+    if cap > 0:
+        w = w.clamp(max=cap)
+    stats["actor/behav_imp_weight"] = w.mean().detach()
+    return per_step * w

@@ -127,6 +127,12 @@ class PPOParams(Params):
     # tokens, linearly down to -overlong_penalty_factor at max_response (0: off)
     overlong_buffer_len: int = 0
     overlong_penalty_factor: float = 1.0  # see overlong_buffer_len
+    # the decoupled objective for stale fragments (AReaL's use_decoupled_loss): the
+    # ratio is clipped around the policy as each update starts (its log-probabilities
+    # recomputed once per batch), and each step is weighted by that policy over the
+    # sampler's (the behaviour's); false: the ratio to the behaviour policy, clipped
+    decoupled_loss: bool = False
+    behav_imp_weight_cap: float = 0.0  # decoupled_loss: the weight's ceiling; 0: none
 
     def grad_clip(self) -> float:
         return self.max_grad_norm

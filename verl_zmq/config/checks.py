@@ -274,6 +274,15 @@ def _check_algorithm(job: Job, source: str) -> None:
     if isinstance(p, PPOParams) and p.normalize_value and job.algorithm.policy.recurrent:
         raise ConfigError(f"{source}: algorithm.params.normalize_value: not with recurrent "
                           f"policies (algorithm.policy.recurrent); leave it false")
+    if isinstance(p, PPOParams) and p.decoupled_loss and job.algorithm.policy.recurrent:
+        raise ConfigError(f"{source}: algorithm.params.decoupled_loss: not with recurrent "
+                          f"policies (algorithm.policy.recurrent) yet; leave it false, or "
+                          f"use vtrace = true for stale fragments")
+    if isinstance(p, PPOParams) and job.algorithm.policy.kind != "hf" and (
+            p.behav_imp_weight_cap < 0 or p.behav_imp_weight_cap and not p.decoupled_loss):
+        raise ConfigError(f"{source}: algorithm.params.behav_imp_weight_cap: a ceiling >= 0 "
+                          f"on the decoupled loss's weights (decoupled_loss = true); got "
+                          f"{p.behav_imp_weight_cap!r}")
     _check_hf_keys(job, source)
 
 
@@ -282,7 +291,8 @@ def _check_algorithm(job: Job, source: str) -> None:
 # clip_low and clip_high); the advantage's own keys are read by an estimator of
 # one's own alone (the built-in grouped estimators do not)
 HF_UNREAD = ("clip_range", "clip_schedule", "clip_range_vf", "vf_coef", "vtrace",
-             "vtrace_rho_bar", "vtrace_c_bar", "recurrence", "normalize_value")
+             "vtrace_rho_bar", "vtrace_c_bar", "recurrence", "normalize_value",
+             "decoupled_loss", "behav_imp_weight_cap")
 HF_OWN_ESTIMATOR = ("gae_lambda", "normalize_advantage")
 # keys read by that learner alone (params and [algorithm.policy])
 HF_ONLY = ("micro_batch_size", "max_tokens_per_forward", "lr_warmup_steps")
@@ -310,7 +320,10 @@ def _check_hf_keys(job: Job, source: str) -> None:
     for key in unread:
         if key in changed:
             why = ("it clips with clip_low and clip_high" if key.startswith("clip_range")
-                   or key == "clip_schedule" else "it has no critic, V-trace or recurrence"
+                   or key == "clip_schedule" else
+                   "it has no decoupled objective yet" if key in ("decoupled_loss",
+                                                                  "behav_imp_weight_cap")
+                   else "it has no critic, V-trace or recurrence"
                    if key not in HF_OWN_ESTIMATOR else
                    "the built-in estimators do not read it (an adv_estimator of your own may)")
             raise ConfigError(f"{source}: algorithm.params.{key}: the Hugging Face learner "

@@ -90,7 +90,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--updates", type=int, default=100)
-    ap.add_argument("--sft-steps", type=int, default=300)
+    ap.add_argument("--sft-steps", type=int, default=150)
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--keep", help="a folder to keep the seeds' runs in (default: a temporary one)")
     ap.add_argument("--set", dest="sets", action="append", default=[],

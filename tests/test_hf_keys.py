@@ -281,6 +281,29 @@ def test_bf16_weights_travel_as_one_bucket_of_half_the_bytes():
         sampler.load_policy_arrays({BF16_BUCKET: wire[BF16_BUCKET][:-1]})
 
 
+def test_params_as_large_as_the_own_model_decode_and_no_larger(monkeypatch):
+    from verl_zmq.algos import make_algorithm
+    from verl_zmq.envs.make import env_spec
+    from verl_zmq.seq.hf import wire_bytes
+    from verl_zmq.wire import codec
+    from verl_zmq.wire.messages import MAX_HEADER_BYTES, Params, WireError
+
+    job = load_job(JOB, ["environment.kwargs.train_files=unused.parquet"])
+    spec = env_spec(job.environment)
+    wire = make_algorithm(job, spec).wire_arrays()
+    frames = codec.encode(Params(version=1, arrays=wire))
+    # a limit below this tiny model's size stands in for 256 MiB below a 100M model's
+    monkeypatch.setattr(codec, "_limit", 1024)
+    with pytest.raises(WireError, match="above the size limit"):
+        codec.decode(frames)
+    sampler = make_algorithm(job, spec)  # building a copy raises the limit to its size
+    assert codec._limit == wire_bytes(sampler.model, sampler.lora) + MAX_HEADER_BYTES
+    sampler.load_policy_arrays(dict(codec.decode(frames).arrays))
+    big = {"w": np.zeros(codec._limit // 4 + 1, np.float32)}
+    with pytest.raises(WireError, match="above the size limit"):
+        codec.decode(codec.encode(Params(version=2, arrays=big)))
+
+
 def test_sft_responses_stay_with_their_prompts_when_long_prompts_are_filtered(tmp_path):
     from verl_zmq.algos import make_algorithm
     from verl_zmq.envs.make import env_spec

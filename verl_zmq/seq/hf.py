@@ -286,6 +286,13 @@ def _wired(model: Any, adapters_only: bool) -> dict[str, torch.Tensor]:
     return {k: v for k, v in sd.items() if "lora_" in k} if adapters_only else sd
 
 
+def wire_bytes(model: Any, adapters_only: bool) -> int:
+    """The array bytes of the params this model's learner sends (`named_arrays`
+    in float32, or one `bf16_bucket`)."""
+    size = 2 if model.dtype == torch.bfloat16 else 4
+    return size * sum(v.numel() for v in _wired(model, adapters_only).values())
+
+
 def bf16_bucket(model: Any, adapters_only: bool) -> dict[str, Any]:
     """The weights `named_arrays` would carry as one flat bfloat16 bucket (its bits
     as uint16: the wire's dtypes have no bfloat16), in the model's state-dict

@@ -52,6 +52,7 @@ from ..algos.grpo import keep_groups
 from ..algos.update import clip_stats, kl_loss, kl_to_reference
 from ..batch import PROMPT, episodes
 from ..config import GRPOParams
+from ..wire import allow_params_of
 from .hf import (
     Sampling,
     bf16_bucket,
@@ -61,6 +62,7 @@ from .hf import (
     named_arrays,
     response_logprobs,
     response_logprobs_entropy,
+    wire_bytes,
 )
 from .hf_validation import Validation
 from .prompts import prompt_settings
@@ -115,6 +117,7 @@ class HFGRPO(Algorithm[GRPOParams]):
         self.tok = load_tokenizer(pol)
         self.model = build_model(pol, self.tok).to(self.device)
         self.lora = pol.lora_rank > 0
+        allow_params_of(wire_bytes(self.model, self.lora))  # each copy takes its own size
         self.checkpointing = pol.gradient_checkpointing
         self.vocab = int(self.model.get_output_embeddings().weight.shape[0])
         self.pad = int(self.tok.pad_token_id)
@@ -134,8 +137,7 @@ class HFGRPO(Algorithm[GRPOParams]):
         self.ref: torch.nn.Module | None = None
         if p.kl_coef > 0 and not self.lora:
             self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
-        self.opt = adam([t for t in self.model.parameters() if t.requires_grad],
-                        p.learning_rate)
+        self.opt = adam([t for t in self.model.parameters() if t.requires_grad], p.learning_rate)
         self._val: Validation | None = None
         self.val_metrics: dict[str, float] = {}
 

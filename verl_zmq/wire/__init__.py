@@ -24,6 +24,7 @@ the buffer a packed message sends).
 """
 
 from .arena import Arena as Arena
+from .codec import allow_params_of as allow_params_of
 from .codec import decode as decode
 from .codec import encode as encode
 from .messages import *  # noqa: F403 - the kinds, limits and errors are the wire's API

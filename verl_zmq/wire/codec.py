@@ -201,6 +201,18 @@ def _buffer(frame: Any) -> memoryview:
     return mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv
 
 
+_limit = MAX_MESSAGE_BYTES  # this process's, raised by allow_params_of
+
+
+def allow_params_of(nbytes: int) -> int:
+    """Raise this process's message size limit (never lower it) to fit params of
+    `nbytes` array bytes; the limit. Called with the size of the model a process
+    built itself (100M float32 parameters are over the default 256 MiB)."""
+    global _limit
+    _limit = max(_limit, int(nbytes) + MAX_HEADER_BYTES)
+    return _limit
+
+
 def decode(frames: Any) -> Message:
     """Check and turn frames into a message; raise WireError for anything malformed."""
     try:
@@ -226,8 +238,8 @@ def _decode(frames: Any) -> Message:  # noqa: C901 - a linear list of checks
         b = _buffer(f)
         total += b.nbytes
         bufs.append(b)
-    if total > MAX_MESSAGE_BYTES:
-        raise WireError("message above the size limit")
+    if total > _limit:
+        raise WireError(f"message of {total:,} bytes above the size limit ({_limit:,})")
     if bufs[0].nbytes > MAX_HEADER_BYTES:
         raise WireError("header above the size limit")
     try:
@@ -287,7 +299,7 @@ def _check_spec(name: Any, dt: Any, shape: Any, where: str) -> Spec:
         raise WireError(f"{where}.{name}: bad shape")
     count = 1
     for d in shape:
-        if type(d) is not int or d < 0 or d > MAX_MESSAGE_BYTES:
+        if type(d) is not int or d < 0 or d > _limit:
             raise WireError(f"{where}.{name}: bad shape")
         count *= d
     return dtype, tuple(shape), count * dtype.itemsize

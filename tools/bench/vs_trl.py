@@ -32,7 +32,11 @@ sample from the params it is learned by), so that speed per update and sample
 efficiency are told apart. A side that does not reach the target in
 `--max-updates` reports its last.
 
-    python tools/bench/vs_trl.py --seeds 0 1 2 3 4 [--target 0.9]
+    python tools/bench/vs_trl.py --seeds 1 2 3 4 5 [--target 0.7]
+
+The target, 0.7, was set from a pilot on seed 0 (each side's evaluations are in
+its row's `curve`): there neither side reached 0.9 in 500 updates, and each
+first reached 0.7 after 159-279 updates.
 """
 
 from __future__ import annotations
@@ -100,7 +104,8 @@ def ours(seed: int, work: Path, sets: list[str], sft: Path, target: float,
             "train_to_target_s": round(hit["ts"] - first["ts"], 1) if hit and first else None,
             "updates_to_target": hit.get("version") if hit else None,
             "wall_s": round(wall, 1), "tokens_per_s": round(tokens / max(end - t0, 1e-9)),
-            "final": evals[-1]["eval/return_mean"] if evals else None}
+            "final": evals[-1]["eval/return_mean"] if evals else None,
+            "curve": [(e.get("version"), e["eval/return_mean"]) for e in evals]}
 
 
 def trl(seed: int, work: Path, sft: Path, target: float, max_updates: int, env: dict) -> dict:
@@ -136,13 +141,14 @@ def trl(seed: int, work: Path, sft: Path, target: float, max_updates: int, env: 
             "updates_to_target": done.get("reached_step"),
             "eval_s": round(done.get("eval_s", 0.0), 1), "wall_s": round(wall, 1),
             "tokens_per_s": round(done["tokens"] / max(end - t0 - ev, 1e-9)),
-            "final": done["final"], "steps": done["steps"]}
+            "final": done["final"], "steps": done["steps"],
+            "curve": [(x["step"], x["acc"]) for x in lines if x.get("event") == "eval"]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    ap.add_argument("--target", type=float, default=0.9)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    ap.add_argument("--target", type=float, default=0.7)
     ap.add_argument("--max-updates", type=int, default=500)
     ap.add_argument("--lags", type=int, nargs="+", default=[2, 0])
     a = ap.parse_args()

@@ -66,18 +66,21 @@ GROUP, PROMPTS, LR, BETA, EPS, EPS_HIGH, RESPONSE = 8, 16, 2e-4, 0.001, 0.2, 0.2
 EVAL_EVERY = 10
 SFT_UNTIL, SFT_MAX = 0.3, 800  # the warm start: greedy exact match, steps at most
 
-MAPPING = [("num_generations", GROUP, "environment.kwargs.group_size"),
-           ("beta", BETA, "algorithm.params.kl_coef (kl_estimator k3, kl_in loss)"),
-           ("loss_type", "grpo", "algorithm.params.loss_agg = seq-mean-token-mean"),
-           ("epsilon / epsilon_high", f"{EPS} / {EPS_HIGH}", "clip_low / clip_high"),
-           ("num_iterations", 1, "n_epochs"),
-           ("max_completion_length", RESPONSE, "environment.kwargs.max_response_length"),
-           ("learning_rate (constant)", LR, "learning_rate"),
-           ("per_device_train_batch_size", PROMPTS * GROUP,
-            f"batch_size {BATCH} token slots = {BATCH // RESPONSE} responses"),
-           ("steps_per_generation", 1, f"minibatch_size {BATCH}: one step per batch"),
-           ("(evaluation at step 0)", "none", "evaluation.before_training = false"),
-           ("torch threads", 2, "2 cores: learner and samplers share them")]
+
+def mapping(lr: float) -> list[tuple[str, object, str]]:
+    """TRL's settings against ours: (TRL's name, the value both sides run, ours)."""
+    return [("num_generations", GROUP, "environment.kwargs.group_size"),
+            ("beta", BETA, "algorithm.params.kl_coef (kl_estimator k3, kl_in loss)"),
+            ("loss_type", "grpo", "algorithm.params.loss_agg = seq-mean-token-mean"),
+            ("epsilon / epsilon_high", f"{EPS} / {EPS_HIGH}", "clip_low / clip_high"),
+            ("num_iterations", 1, "n_epochs"),
+            ("max_completion_length", RESPONSE, "environment.kwargs.max_response_length"),
+            ("learning_rate (constant)", lr, "learning_rate"),
+            ("per_device_train_batch_size", PROMPTS * GROUP,
+             f"batch_size {BATCH} token slots = {BATCH // RESPONSE} responses"),
+            ("steps_per_generation", 1, f"minibatch_size {BATCH}: one step per batch"),
+            ("(evaluation at step 0)", "none", "evaluation.before_training = false"),
+            ("torch threads", 2, "2 cores: learner and samplers share them")]
 
 
 def ours(seed: int, work: Path, sets: list[str], sft: Path, target: float,
@@ -163,8 +166,8 @@ def main() -> None:
     a = ap.parse_args()
     print(f"target: greedy exact match {a.target} on the val file (stated before the run)")
     print("\n| TRL GRPOConfig | value | ours |\n|---|---|---|")
-    for k, v, o in MAPPING:
-        print(f"| {k} | {a.lr if k.startswith('learning_rate') else v} | {o} |")
+    for k, v, o in mapping(a.lr):
+        print(f"| {k} | {v} | {o} |")
     rows = []
     with tempfile.TemporaryDirectory(prefix="vs-trl-") as tmp:
         for seed in a.seeds:

@@ -28,7 +28,8 @@ ODD = {"neighbor_count": 3, "update_interval": 7, "selection_strategy": '"reward
        "topology": '"exponential"', "temperature": 3.0, "max_queue_size": 3,
        "priority_fn": '"recency"', "sync_interval": 9, "grad_staleness": 4,
        "round_deadline_s": 2.0, "mix_rate": 0.3, "staleness_updates": 11,
-       "compression": '"terngrad"', "topk_fraction": 0.1}
+       "compression": '"terngrad"', "topk_fraction": 0.1,
+       "share": '"gradients"'}
 
 
 def test_every_key_is_read_by_some_mode_and_listed():

@@ -160,7 +160,7 @@ class Layout:
                 return f"{k} has dtype {a[k].dtype}, expected {dt}"
         if not values:
             return ""
-        why = self._action_problem(a["action"])
+        why = self.action_problem(a["action"])
         if why:
             return why
         if self.spec.structured:
@@ -189,7 +189,7 @@ class Layout:
             return f"valid steps with no {AGENT}"
         return ""
 
-    def _action_problem(self, act: np.ndarray) -> str:
+    def action_problem(self, act: np.ndarray) -> str:
         s = self.spec
         if s.continuous:
             return "" if act.dtype.kind == "f" else "actions are not floats"

@@ -5,9 +5,12 @@ in one invocation, same seeds; `tools/bench/learning.py dapo-cartpole` runs it.
 Arms (all with 4 x 8 envs' worth of samplers and the DAPO job's
 hyperparameters; budgets and evaluation intervals stated for the whole group, so
 resolutions are equal):
-  dapo         the DAPO job as shipped: the group's batch (256) shared by 4 peers
-               (64 each), every minibatch's gradient pushed to 2 neighbours and
-               averaged with what has arrived, no waiting (mixing = "async")
+  dapo         the DAPO job as shipped: the group's batch (256) collected by 4 peers
+               (64 each), each update's batch pushed to 2 neighbours and trained on
+               beside the batches that have arrived, no waiting (mixing = "async",
+               share = "experience")
+  dapo-grads   the same peers pushing every minibatch's gradient to 2 neighbours
+               instead, mixed into their next step (share = "gradients")
   dapo-rounds  the same peers in gradient rounds (mixing = "gradients"): every
                minibatch's gradient averaged over all peers, each round waiting
   dapo-alone   (on request) the same peers with mixing off: each learns alone
@@ -27,7 +30,7 @@ target; then per arm the mean with a bootstrap 90% interval, and the ratio of
 means to `ppo`. (Peers that average gradients hold identical parameters, so
 "every peer" is also their average's.)
 
-    python tools/bench/dapo.py [--seeds 0 1 2] [--arms dapo dapo-rounds ppo]
+    python tools/bench/dapo.py [--seeds 0 1 2] [--arms dapo dapo-grads dapo-rounds ppo]
     python tools/bench/dapo.py --task pendulum --arms dapo dapo-alone ppo  # to -300
 """
 
@@ -78,6 +81,8 @@ PULL = ["gossip.share_batch=false", 'gossip.mixing="reward_softmax"', "gossip.sy
 RESET = ["gossip.update_interval=5"]
 ARMS: dict[str, tuple[str, list[str]]] = {
     "dapo": (DAPO_JOB, BASE),
+    "dapo-grads": (DAPO_JOB, [*BASE, 'gossip.share="gradients"',
+                              "algorithm.params.decoupled_loss=false"]),
     "dapo-alone": (DAPO_JOB, [*BASE, 'gossip.mixing="exact"', *RESET,
                               "gossip.sync_interval=1000000000"]),
     "dapo-rounds": (DAPO_JOB, [*BASE, 'gossip.mixing="gradients"', *RESET,
@@ -90,7 +95,7 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     # the clip-higher change to the algorithm
     "dapo-symmetric": (DAPO_JOB, [*BASE, "algorithm.params.clip_high=0.2"]),
 }
-DEFAULT_ARMS = ["dapo", "dapo-rounds", "dapo-pull", "ppo"]
+DEFAULT_ARMS = ["dapo", "dapo-grads", "dapo-rounds", "dapo-pull", "ppo"]
 # a second task, with continuous actions: the same arms with these overrides on top
 # (ppo-x4 and the pull arm keep CartPole's batch arithmetic: not for this task)
 TASKS: dict[str, tuple[list[str], float]] = {

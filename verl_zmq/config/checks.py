@@ -109,7 +109,7 @@ _PULL = ("neighbor_count", "update_interval", "selection_strategy", "topology",
          "temperature", "max_queue_size", "priority_fn", "sync_interval", "mix_rate",
          "staleness_updates", "compression", "topk_fraction")
 GOSSIP_READS: dict[str, tuple[str, ...]] = {
-    "async": (*_PULL, "grad_staleness"),
+    "async": (*_PULL, "grad_staleness", "share"),
     "gradients": ("sync_interval", "round_deadline_s", "topology"),
     "exact": ("sync_interval", "round_deadline_s", "topology"),
     "uniform": _PULL,
@@ -137,6 +137,11 @@ def _check_gossip(job: Job, source: str) -> None:
                               f"read it (it is read by mixing = "
                               f"{' or '.join(repr(m) for m in modes)}); remove it or change "
                               f"gossip.mixing")
+    if g.mixing == "async" and g.share == "experience" and g.compression == "sign":
+        raise ConfigError(f"{source}: gossip.compression: \"sign\" compresses gradients, and "
+                          f"with gossip.share = \"experience\" none travel (parameters do: "
+                          f"use \"fp16\", \"terngrad\" or \"topk_delta\"), or set "
+                          f"gossip.share = \"gradients\"")
     if g.compression == "topk_delta" or "topk_fraction" not in changed:
         return
     raise ConfigError(f"{source}: gossip.topk_fraction: read with compression = "

@@ -90,6 +90,8 @@ class Trainer:
         # peer answering pulls): only then is a copy taken before each update; a learner
         # publishes between updates, and resends what it published
         self.read_during_updates = False
+        # a gossip peer sharing experience: the batch, widened with its neighbours'
+        self.widen: Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]] | None = None
         self.updates_here = 0  # updates by this process (a restart counts afresh)
         self.next_ckpt = job.checkpoint.interval_steps
         self.next_snapshot = 0.0  # monotonic time of the next latest.pt-only write
@@ -236,6 +238,8 @@ class Trainer:
             self._count(feed)
             if batch is None:
                 continue
+            if self.widen is not None:  # a gossip peer's neighbours' experience beside it
+                batch = self.widen(batch)
             learned = await self.update(batch) if T.learn else None  # learn=false: drain
             await feed.done(learned)
             self._count(feed)  # what arrived during the update counts before the checks

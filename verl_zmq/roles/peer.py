@@ -45,8 +45,10 @@ class PeerRole(LearnerRole):
         return Path(self.ctx.run_dir) / "checkpoints" / self.id
 
     def grad_reducer(self) -> GradReduce | None:
-        if self.job.gossip.mixing not in ("gradients", "async"):
-            return None
+        G = self.job.gossip
+        if G.mixing not in ("gradients", "async") or \
+                (G.mixing == "async" and G.share == "experience"):
+            return None  # no gradient is mixed
 
         # the node is built after the trainer, and is there before the first update
         def reduce(params: Any, scalars: dict[str, float]) -> dict[str, float]:

@@ -112,7 +112,7 @@ def _per_array(items: Iterable[tuple[str, Any]], frames: list[Any], specs: list[
 # once into one frame, described by a layout (msgpack of [[name, dtype, shape],
 # ...]) that repeats message after message, so both ends look it up instead of
 # handling each array. Large arrays still travel as frames of their own.
-_PACK_KINDS = frozenset({Kind.FRAGMENT, Kind.BATCH})
+_PACK_KINDS = frozenset({Kind.FRAGMENT, Kind.BATCH, Kind.GOSSIP_BATCH})
 EncLayout = tuple[bytes, tuple[int, ...], tuple[bool, ...], bool]
 _ENC_LAYOUTS: dict[tuple[Any, ...], EncLayout | None] = {}
 _ZEROS = b"\0" * ALIGN

@@ -105,6 +105,7 @@ class Kind(enum.IntEnum):
     # 16 (metrics) and 18 (error) were never sent: retired, never to be reused
     SHUTDOWN = 17
     GOSSIP_GRADS = 19
+    GOSSIP_BATCH = 20
 
 
 @dataclass(kw_only=True)
@@ -304,6 +305,18 @@ class GossipGrads(Message):
 
 
 @dataclass(kw_only=True)
+class GossipBatch(Message):
+    """Peer -> peer, no reply (`gossip.share = "experience"`): the batch a peer just
+    trained on, its columns as the update reads them ([T, E, ...] stepwise), for a
+    neighbour to train on beside its own."""
+
+    KIND: ClassVar[Kind] = Kind.GOSSIP_BATCH
+    update: int = 0
+    reward: float = 0.0
+    arrays: Arrays = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
 class Shutdown(Message):
     """Member -> registry -> everyone (PUB): stop the job cleanly, for `reason`."""
 
@@ -316,5 +329,5 @@ KINDS: dict[int, type[Message]] = {
     for cls in (Register, RegisterReply, Heartbeat, HeartbeatReply, Deregister,
                 SnapshotRequest, MembershipSnapshot, MembershipDelta, Fragment,
                 SampleRequest, Batch, PriorityUpdate, Params, GossipHello, GossipParams,
-                GossipGrads, Shutdown)
+                GossipGrads, GossipBatch, Shutdown)
 }

@@ -97,6 +97,7 @@ def samples() -> list[wire.Message]:
         wire.GossipParams(request=False, fingerprint="cd" * 32, arrays={"w": np.ones(4)}),
         wire.GossipGrads(round=3, scalars={"approx_kl": 0.01},
                          arrays={"grad": np.ones(16, np.float32)}),
+        wire.GossipBatch(update=3, reward=1.5, arrays=frag),
         wire.Shutdown(reason="target_reached"),
         # a multi-agent policy's fragment: its name, and the agent of every step
         wire.Fragment(version=4, policy="predator",

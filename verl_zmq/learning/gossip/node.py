@@ -28,6 +28,7 @@ import zmq
 import zmq.asyncio
 
 from ... import wire
+from ...batch import job_layout
 from ...comm.messaging import WireStats, recv, request, send
 from ...comm.transport import Transport
 from ...config import Job
@@ -36,6 +37,7 @@ from ..trainer import Trainer
 from . import compress
 from . import core as gossip
 from .async_mix import AsyncGradMixer
+from .experience import ExperienceGossip
 from .grad_mix import GradMixer
 from .neighbours import Neighbours
 from .round_mix import RoundMixer
@@ -77,9 +79,14 @@ class GossipNode:
         self.mixer = RoundMixer(self, deadline) if G.mixing in ("exact", "gradients") else None
         grads = G.mixing == "gradients"
         self.grads = GradMixer(self, deadline, job.launch.peers) if grads else None
+        share = G.share if G.mixing == "async" else ""
         self.asyncg = AsyncGradMixer(self, self._grad_neighbours, np.random.default_rng(
             [job.experiment.seed, index, 0xA5]
-        )) if G.mixing == "async" else None
+        )) if share == "gradients" else None
+        self.exp = ExperienceGossip(self, self._grad_neighbours, job_layout(
+            job, trainer.spec)) if share == "experience" else None
+        if self.exp is not None:
+            trainer.widen = self.exp.widen
         # parameters travel as the compression says; 1-bit signs are for gradients
         self.param_compression = G.compression if G.compression in compress.SCHEMES \
             else "fp16"
@@ -239,7 +246,7 @@ class GossipNode:
         while True:
             prefix, msg = await recv(self.gossip_sock, self.wire_stats, n_prefix=1,
                                      expect=(wire.GossipHello, wire.GossipParams,
-                                             wire.GossipGrads))
+                                             wire.GossipGrads, wire.GossipBatch))
             if msg is None:
                 continue
             if isinstance(msg, wire.GossipGrads):  # a gradient push: no reply
@@ -247,6 +254,10 @@ class GossipNode:
                     self.grads.receive(msg.src, msg)
                 elif self.asyncg is not None:
                     self.asyncg.receive(msg.src, msg)
+                continue
+            if isinstance(msg, wire.GossipBatch):  # a neighbour's batch: no reply
+                if self.exp is not None:
+                    self.exp.receive(msg.src, msg)
                 continue
             reply: wire.Message
             if isinstance(msg, wire.GossipHello):
@@ -375,4 +386,6 @@ class GossipNode:
             out.update(self.grads.metrics())
         if self.asyncg is not None:
             out.update(self.asyncg.metrics())
+        if self.exp is not None:
+            out.update(self.exp.metrics())
         return out

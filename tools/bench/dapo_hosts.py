@@ -14,7 +14,7 @@ evaluation reached the target, and the group's env steps then; then the mean
 of each arm and the ratio of DAPO's to PPO's.
 
     python tools/bench/dapo_hosts.py [--seeds 0 1 2] [--quota 0.45] [--ppo-samplers 1]
-        [--set gossip.compression='"sign"']
+        [--set gossip.compression='"terngrad"']
 
 Needs root (network namespaces, cgroups), sshd and the ssh client.
 """
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="samplers of 8 envs beside PPO's learner on its one host")
     ap.add_argument("--arms", nargs="+", choices=["dapo", "ppo"], default=["dapo", "ppo"])
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="overrides for the DAPO arm (e.g. gossip.compression=\"sign\")")
+                    help="overrides for the DAPO arm (e.g. gossip.compression=\"terngrad\")")
     args = ap.parse_args(argv)
     if why := unavailable():
         raise SystemExit(f"namespace hosts are not available: {why}")

@@ -12,7 +12,7 @@ machine (the `multiagent` and `bench` extras).
   episodes, deterministic), env steps, and whole-process wall time.
 - `peers`: DAPO with a peer per agent (configs/simple_spread_dapo.toml: each of
   the 3 agents has its own policy, learnt by its own peer, the peers averaging
-  gradients in rounds; `dapo-async`: the asynchronous gossip instead) against
+  gradients in rounds; `dapo-async`: the asynchronous experience gossip instead) against
   one PPO policy shared by the agents (and, on request, MAPPO), same
   hyperparameters and evaluations: the group's agent steps and seconds until the
   joint policy's evaluation first reaches `--target` (for DAPO: every peer's),
@@ -166,8 +166,11 @@ def peers(a: argparse.Namespace) -> None:
                 if arm == "mappo":
                     sets.append("multiagent.centralised_critic=true")
                 if arm == "dapo-async":
+                    # the asynchronous default: each peer's batch pushed to both other
+                    # peers and trained on beside theirs, weighted over their policies
                     sets += ['gossip.mixing="async"', "gossip.neighbor_count=2",
-                             "gossip.update_interval=1", "gossip.sync_interval=2"]
+                             "gossip.update_interval=1", "gossip.sync_interval=2",
+                             "algorithm.params.decoupled_loss=true"]
                 dapo = arm.startswith("dapo")
                 rc, wall = launch(SPREAD_DAPO if dapo else SPREAD, run, sets)
                 got = reached(run, a.target, wall, dapo)

@@ -164,6 +164,7 @@ class AsyncGradMixer:
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {f"gossip/{k}": v for k, v in self.stats.items()}
         steps = max(1, self.steps)
+        out["gossip/grad_bytes_sent"] = self.bytes_sent
         out["gossip/grad_bytes_per_step"] = round(self.bytes_sent / steps, 1)
         out["gossip/grad_compression_ratio"] = round(
             self.bytes_raw * self.G.neighbor_count / max(1, self.bytes_sent), 2) \

@@ -37,6 +37,7 @@ import zmq
 
 from ... import wire
 from ...batch import Layout
+from . import grad_codec
 from .mix_node import MixNode
 
 
@@ -104,7 +105,7 @@ class ExperienceGossip:
                     frames = wire.encode(msg)
                 sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
                 self.stats["batch_pushes"] += 1
-                self.bytes_sent += sum(len(f) for f in frames)
+                self.bytes_sent += grad_codec.nbytes(dict(msg.arrays))
             except (zmq.Again, zmq.ZMQError, KeyError):  # a full or gone neighbour
                 self.stats["batch_push_dropped"] += 1
 
@@ -149,6 +150,7 @@ class ExperienceGossip:
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {f"gossip/{k}": v for k, v in self.stats.items()}
         n = max(1, self.update)
+        out["gossip/batch_bytes_sent"] = self.bytes_sent
         out["gossip/batch_bytes_per_update"] = round(self.bytes_sent / n, 1)
         out["gossip/shared_steps_per_update"] = round(self.steps_used / n, 1)
         if self.stats["batch_used"]:

@@ -34,7 +34,7 @@ from ...comm.transport import Transport
 from ...config import Job
 from ...config.members import index_of
 from ..trainer import Trainer
-from . import compress
+from . import compress, grad_codec
 from . import core as gossip
 from .async_mix import AsyncGradMixer
 from .experience import ExperienceGossip
@@ -73,6 +73,7 @@ class GossipNode:
         self.ahead: dict[str, int] = {}
         self.stats = dict.fromkeys(("exchanges", "pulls", "pulls_skipped", "mixes", "adopted",
                                     "refused", "timeouts", "stale_dropped"), 0)
+        self.param_bytes = 0  # of the params sent in answer to pulls
         self._fp_cache: tuple[tuple[int, float], str] = ((-1, 0.0), "")
         self.bootstrapped = asyncio.Event()
         deadline = G.round_deadline_s or self.job.launch.liveness_timeout_s
@@ -277,6 +278,7 @@ class GossipNode:
                 used = scheme if (scheme not in compress.DELTA or base is not None) else "none"
                 if scheme in compress.DELTA:
                     self.sent_base[msg.src] = recon
+                self.param_bytes += grad_codec.nbytes(arrays)
                 reply = wire.GossipParams(fingerprint=self.fingerprint(),
                                           reward=self.reward(),
                                           version=self.trainer.state.version,
@@ -379,7 +381,7 @@ class GossipNode:
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {f"gossip/{k}": v for k, v in self.stats.items()}
         out.update({"gossip/peers": len(self.peers), "gossip/queue": len(self.queue),
-                    "gossip/round": self.round})
+                    "gossip/round": self.round, "gossip/param_bytes_sent": self.param_bytes})
         if self.mixer is not None:
             out.update(self.mixer.metrics())
         if self.grads is not None:

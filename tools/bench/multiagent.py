@@ -11,8 +11,9 @@ machine (the `multiagent` and `bench` extras).
   the agents on 100 episodes (ours: the job's final evaluation; SB3: the same
   episodes, deterministic), env steps, and whole-process wall time.
 - `peers`: DAPO with a peer per agent (configs/simple_spread_dapo.toml: each of
-  the 3 agents has its own policy, learnt by its own peer, the peers averaging
-  gradients in rounds; `dapo-async`: the asynchronous experience gossip instead) against
+  the 3 agents has its own policy, learnt by its own peer from its agent's steps
+  and those the other peers push, asynchronously; `dapo-rounds`: gradient rounds
+  instead) against
   one PPO policy shared by the agents (and, on request, MAPPO), same
   hyperparameters and evaluations: the group's agent steps and seconds until the
   joint policy's evaluation first reaches `--target` (for DAPO: every peer's),
@@ -165,12 +166,9 @@ def peers(a: argparse.Namespace) -> None:
                         f"evaluation.interval_steps={a.eval_every}", *a.set]
                 if arm == "mappo":
                     sets.append("multiagent.centralised_critic=true")
-                if arm == "dapo-async":
-                    # the asynchronous default: each peer's batch pushed to both other
-                    # peers and trained on beside theirs, weighted over their policies
-                    sets += ['gossip.mixing="async"', "gossip.neighbor_count=2",
-                             "gossip.update_interval=1", "gossip.sync_interval=2",
-                             "algorithm.params.decoupled_loss=true"]
+                if arm == "dapo-rounds":  # the job's asynchronous keys back at defaults
+                    sets += ['gossip.mixing="gradients"', "gossip.neighbor_count=2",
+                             "gossip.update_interval=5", "gossip.sync_interval=2"]
                 dapo = arm.startswith("dapo")
                 rc, wall = launch(SPREAD_DAPO if dapo else SPREAD, run, sets)
                 got = reached(run, a.target, wall, dapo)
@@ -350,8 +348,8 @@ def main() -> None:
     s.add_argument("--steps", type=int, default=1_000_000)
     s.add_argument("--target", type=float, default=-65.0)
     s.add_argument("--eval-every", type=int, default=50_000)
-    s.add_argument("--arms", nargs="+", choices=("ppo", "dapo", "dapo-async", "mappo"),
-                   default=["ppo", "dapo", "dapo-async"])
+    s.add_argument("--arms", nargs="+", choices=("ppo", "dapo", "dapo-rounds", "mappo"),
+                   default=["ppo", "dapo", "dapo-rounds"])
     s.add_argument("--set", action="append", default=[],
                    help="a job override for every arm (section.key=value)")
     s = sub.add_parser("steps")

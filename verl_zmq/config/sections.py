@@ -270,8 +270,8 @@ class Gossip:
     # (parameters only)
     priority_fn: str = "reward"
     sync_interval: int = 5  # updates between two parameter mixes (rounds, or the queue's)
-    # async: gradients after each backward pass to neighbor_count neighbours, no barrier,
-    # stepping on the mean with what has arrived, and parameter pulls and mixes;
+    # async: batches (or gradients: share) pushed to neighbor_count neighbours, no barrier,
+    # training with what has arrived, and parameter pulls and mixes;
     # gradients: average every minibatch's gradient with all neighbours in rounds that
     # wait (DD-PPO: bit-identical peers), and parameters as "exact" does; exact: every
     # sync_interval updates, average parameters with all neighbours (rounds); uniform,

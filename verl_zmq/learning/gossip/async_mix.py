@@ -31,12 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import zmq
 
 from ... import wire
 from ...policy.nets import flat_grad, set_flat_grad
 from . import grad_codec
-from .mix_node import MixNode
+from .mix_node import MixNode, push
 
 
 @dataclass
@@ -123,16 +122,10 @@ class AsyncGradMixer:
     # -- on the event loop ---------------------------------------------------------
 
     async def _push(self, msg: wire.GossipGrads, step: int) -> None:
-        for pid in self.choose(step):
-            try:
-                sock = self.node.dealer(pid)
-                msg.src, msg.seq = self.node.id, 0
-                frames = wire.encode(msg)
-                sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
-                self.stats["grad_pushes"] += 1
-                self.bytes_sent += grad_codec.nbytes(dict(msg.arrays))
-            except (zmq.Again, zmq.ZMQError, KeyError):  # a full or gone neighbour
-                self.stats["grad_push_dropped"] += 1
+        sent, dropped, nbytes = push(self.node, msg, self.choose(step))
+        self.stats["grad_pushes"] += sent
+        self.stats["grad_push_dropped"] += dropped
+        self.bytes_sent += nbytes
 
     def receive(self, src: str, msg: wire.GossipGrads) -> None:
         """A neighbour's push: decoded and queued, or refused (counted)."""

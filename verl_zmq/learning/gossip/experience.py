@@ -33,12 +33,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import zmq
 
 from ... import wire
 from ...batch import Layout
-from . import grad_codec
-from .mix_node import MixNode
+from .mix_node import MixNode, push
 
 
 @dataclass
@@ -96,18 +94,10 @@ class ExperienceGossip:
         return self.layout.concat([own, *fresh]) if fresh else batch
 
     async def _push(self, msg: wire.GossipBatch) -> None:
-        frames = None
-        for pid in self.choose(self.update):
-            try:
-                sock = self.node.dealer(pid)
-                if frames is None:
-                    msg.src, msg.seq = self.node.id, 0
-                    frames = wire.encode(msg)
-                sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
-                self.stats["batch_pushes"] += 1
-                self.bytes_sent += grad_codec.nbytes(dict(msg.arrays))
-            except (zmq.Again, zmq.ZMQError, KeyError):  # a full or gone neighbour
-                self.stats["batch_push_dropped"] += 1
+        sent, dropped, nbytes = push(self.node, msg, self.choose(self.update))
+        self.stats["batch_pushes"] += sent
+        self.stats["batch_push_dropped"] += dropped
+        self.bytes_sent += nbytes
 
     def _problem(self, arrays: Mapping[str, np.ndarray]) -> str:
         if not self.own:

@@ -1,6 +1,8 @@
-"""What a gossip mixer (`RoundMixer`, `GradMixer`) needs of the peer it mixes
-for: its id, log and counters, its neighbours and a socket to each, its own
-parameters and what they score. `GossipNode` is the one implementation."""
+"""What a gossip mixer (`RoundMixer`, `GradMixer`, `AsyncGradMixer`,
+`ExperienceGossip`) needs of the peer it mixes for: its id, log and counters,
+its neighbours and a socket to each, its own parameters and what they score.
+`GossipNode` is the one implementation. `push` sends a message that wants no
+reply to some neighbours without waiting."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import numpy as np
+import zmq
 import zmq.asyncio
 
 from ... import wire
@@ -41,4 +44,24 @@ class MixNode(Protocol):
 
     def reward(self) -> float:
         """This peer's recent mean return."""
+
+
+def push(node: MixNode, msg: wire.Message, to: list[str]) -> tuple[int, int, int]:
+    """Send `msg` to each neighbour in `to` without waiting (no reply): (sent, dropped
+    at a full or gone neighbour, bytes of its arrays sent)."""
+    sent = dropped = nbytes = 0
+    frames = None
+    size = int(sum(np.asarray(v).nbytes for v in dict(getattr(msg, "arrays", {})).values()))
+    for pid in to:
+        try:
+            sock = node.dealer(pid)
+            if frames is None:
+                msg.src, msg.seq = node.id, 0
+                frames = wire.encode(msg)
+            sock.send_multipart(frames, flags=zmq.NOBLOCK, copy=False)
+            sent += 1
+            nbytes += size
+        except (zmq.Again, zmq.ZMQError, KeyError):
+            dropped += 1
+    return sent, dropped, nbytes
 

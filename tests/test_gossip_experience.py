@@ -1,6 +1,6 @@
 """Experience gossip (`gossip.share = "experience"`, the asynchronous default):
-a peer's batch widened with what its neighbours pushed, on the env axis; what
-waited through too many updates dropped; the queue bounded and ordered by
+a peer's batch widened with what its neighbours pushed, on the env axis; a
+batch too far behind its sender's newest dropped; the queue bounded and ordered by
 `priority_fn`; a push that does not fit the job refused and counted, never
 trained on; and a neighbour's steps never counted as this peer's."""
 
@@ -57,8 +57,9 @@ def _widen(g: ExperienceGossip, batch: dict[str, np.ndarray]) -> dict[str, np.nd
     return out
 
 
-def _push(g: ExperienceGossip, src: str, arrays: dict[str, np.ndarray], reward: float) -> None:
-    msg = wire.GossipBatch(update=1, reward=reward, arrays=arrays)
+def _push(g: ExperienceGossip, src: str, arrays: dict[str, np.ndarray], reward: float,
+          update: int = 1) -> None:
+    msg = wire.GossipBatch(update=update, reward=reward, arrays=arrays)
     msg.src, msg.seq = src, 0
     g.receive(src, wire.decode(wire.encode(msg)))  # as it comes off the wire
 
@@ -77,15 +78,17 @@ def test_a_batch_is_widened_on_the_env_axis_with_what_arrived():
     assert _widen(g, _batch(g, 2, 0.0))["reward"].shape == (T, 2)
 
 
-def test_a_batch_that_waited_through_too_many_updates_is_dropped():
-    for staleness, cols in ((0, 2), (1, 5)):
-        g = _gossip(grad_staleness=staleness)
+def test_a_batch_further_behind_its_senders_newest_than_grad_staleness_is_dropped():
+    # a backlog from one sender (after a stall): its updates 1-4 arrive at once
+    for staleness, kept in ((0, {4.0}), (2, {2.0, 3.0, 4.0})):
+        g = _gossip(grad_staleness=staleness, max_queue_size=8)
         _widen(g, _batch(g, 2, 0.0))
-        _push(g, "peer-1", _batch(g, 3, 5.0), 1.0)
-        g.update += 1  # an update passed since it came (its batch was widened already)
+        for u in (1, 2, 3, 4):
+            _push(g, "peer-1", _batch(g, 1, float(u)), 1.0, update=u)
+        _push(g, "peer-2", _batch(g, 1, 9.0), 1.0, update=1)  # another sender's newest
         out = _widen(g, _batch(g, 2, 0.0))
-        assert out["reward"].shape == (T, cols), staleness
-        assert g.stats["batch_stale_dropped"] == (1 if cols == 2 else 0)
+        assert set(np.unique(out["reward"][:, 2:])) == kept | {9.0}, staleness
+        assert g.stats["batch_stale_dropped"] == 4 - len(kept)
 
 
 def test_the_queue_keeps_max_queue_size_batches_chosen_by_priority_fn():

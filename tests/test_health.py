@@ -205,7 +205,8 @@ JOBS = {
     # (a gradient waits for its receiver's update to end; grad_staleness 0 drops one
     # that waited through one)
     "gossip_delay": ("cartpole_dapo.toml", "training.total_timesteps=12000",
-                     "logging.health.gossip_delay_ms=0.0001", "gossip.grad_staleness=0",
+                     'gossip.share="gradients"', "logging.health.gossip_delay_ms=0.0001",
+                     "gossip.grad_staleness=0",
                      "logging.health.stale_share=0.01", "logging.interval_s=1"),
 }
 ALSO = {"grad_spike": "value_loss_exploding", "gossip_delay": "gossip_stale"}

@@ -278,12 +278,11 @@ class Gossip:
     # reward_softmax: parameter pulls alone, mixed uniformly or by reward
     mixing: Literal["async", "gradients", "exact", "uniform",
                     "reward_softmax"] = "async"  # what is averaged, how
-    # async: what a peer pushes to neighbor_count neighbours: "experience" (the batch of
-    # each update, which they train on beside their own) or "gradients" (each backward
-    # pass's, which they mix into their next step)
+    # async: what goes to neighbor_count neighbours: "experience" (each update's batch,
+    # trained on beside theirs) or "gradients" (each backward pass's, mixed into a step)
     share: Literal["experience", "gradients"] = "experience"
-    # async: a neighbour's gradient or batch that waited through more of our updates is
-    # dropped
+    # async: a gradient that waited through more of our updates, or a batch further behind
+    # its sender's newest batch, is dropped
     grad_staleness: int = 2
 
     round_deadline_s: float = 0.0  # gradients, exact: a round waits this long; 0: heartbeats

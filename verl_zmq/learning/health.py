@@ -264,12 +264,15 @@ class HealthWatch:
                               "neighbours (gossip.neighbor_count), compression, or a larger "
                               "gossip.max_queue_size with priority by reward",
                               queue_delay_ms=round(ms, 2), limit_ms=self.H.gossip_delay_ms)
-        stale, got = m.get("gossip/grad_stale_dropped"), m.get("gossip/grad_received")
-        if stale is not None and got is not None:
-            ds_, dg = self._delta("g_stale", float(stale)), self._delta("g_got", float(got))
+        for what, plural in (("grad", "gradients"), ("batch", "batches")):  # what travels
+            stale, got = m.get(f"gossip/{what}_stale_dropped"), m.get(f"gossip/{what}_received")
+            if stale is None or got is None:
+                continue
+            ds_ = self._delta(f"{what}_stale", float(stale))
+            dg = self._delta(f"{what}_got", float(got))
             if ds_ is not None and dg and dg >= 10 and ds_ / dg > self.H.stale_share:
                 self._say(out, "gossip_stale",
-                          "most gradients from neighbours arrive too old and are dropped: "
+                          f"most {plural} from neighbours arrive too old and are dropped: "
                           "raise gossip.grad_staleness, or fewer neighbours",
                           dropped=int(ds_), received=int(dg))
 

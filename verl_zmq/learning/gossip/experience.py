@@ -14,9 +14,11 @@ A neighbour's steps were taken by its own policy: the importance weight of the
 decoupled objective (`algorithm.params.decoupled_loss`) is over those
 behaviour log-probabilities, and the clip is anchored at this peer's policy as
 the update starts. Arrived batches wait in a bounded queue (`max_queue_size`,
-best `priority_fn` first) and one older than `grad_staleness` of this peer's
-updates is dropped. Parameter pulls and mixes (`node.py`) keep the peers'
-policies close, so that shared steps stay near on-policy.
+best `priority_fn` first) and one more than `grad_staleness` of its sender's
+updates behind the newest batch from that sender is dropped (a backlog after a
+stall or a slow link: its behaviour policy is long gone). Parameter pulls and
+mixes (`node.py`) keep the peers' policies close, so that shared steps stay
+near on-policy.
 
 A neighbour's batch never counts toward this peer's env steps: the group's
 count stays each step once. A push that does not fit the job's columns is
@@ -41,7 +43,7 @@ from .mix_node import MixNode, push
 
 @dataclass
 class ArrivedBatch:
-    """A neighbour's batch and when it came (in the receiver's updates)."""
+    """A neighbour's batch, the sender's update it was pushed at, and when it came."""
 
     src: str
     update: int
@@ -60,6 +62,7 @@ class ExperienceGossip:
         self.lock = threading.Lock()
         self.inbox: deque[ArrivedBatch] = deque()
         self.update = 0
+        self.newest: dict[str, int] = {}  # per sender, the newest update it pushed at
         self.own: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}  # a batch's columns
         self.stats = dict.fromkeys(("batch_pushes", "batch_push_dropped", "batch_received",
                                     "batch_used", "batch_stale_dropped", "batch_refused",
@@ -78,9 +81,8 @@ class ExperienceGossip:
         now = time.monotonic()
         fresh = []
         for a in came:
-            # how many of our updates it waited through: one that came during our last
-            # update waited through none
-            if self.update - a.update > self.G.grad_staleness:
+            # how many of its sender's updates it is behind the newest batch from there
+            if self.newest[a.src] - a.update > self.G.grad_staleness:
                 self.stats["batch_stale_dropped"] += 1
                 continue
             fresh.append(a.arrays)
@@ -128,7 +130,8 @@ class ExperienceGossip:
             return
         self.stats["batch_received"] += 1
         with self.lock:
-            self.inbox.append(ArrivedBatch(src, self.update, float(msg.reward), arrays,
+            self.newest[src] = max(self.newest.get(src, msg.update), msg.update)
+            self.inbox.append(ArrivedBatch(src, msg.update, float(msg.reward), arrays,
                                            time.monotonic()))
             if len(self.inbox) > self.G.max_queue_size:  # keep the best by priority_fn
                 key = (lambda a: a.reward) if self.G.priority_fn == "reward" \

@@ -34,7 +34,7 @@ class Health:
     # updates (past 2): samplers get ahead of the learner without bound
     lag_reports: int = 12
     lag_rise: float = 2.0  # updates of policy lag gained over lag_reports
-    stale_share: float = 0.5  # a report's fragments (or gossip) dropped as too old
+    stale_share: float = 0.5  # of fragments (or gossip) dropped as too old, over 10 or more
     replay_ratio_factor: float = 2.0  # samples per insert off its target by this factor
     no_signal_updates: int = 20  # post-training: updates in a row with no group's signal
     kl_max: float = 1.0  # post-training: KL to the reference above this, patience updates

@@ -235,15 +235,30 @@ class HealthWatch:
         self.last[key] = value
         return None if prev is None else value - prev
 
+    def _window(self, keys: tuple[str, str], values: tuple[float, float], least: int = 10
+                ) -> tuple[float, float] | None:
+        """The two counters' growth since the window opened, once it holds `least` in
+        all; the window stays open until then (a slow process reports fewer per
+        interval: a share is judged on as many, however fast it runs)."""
+        a, b = keys
+        if a not in self.last or b not in self.last:
+            self.last[a], self.last[b] = values
+            return None
+        da, db = values[0] - self.last[a], values[1] - self.last[b]
+        if da + db < least:
+            return None
+        self.last[a], self.last[b] = values
+        return da, db
+
     def _stale_fragments(self, r: str, m: dict[str, Any],
                          out: list[tuple[str, Warning_]]) -> None:
         dropped, taken = m.get(f"{r}/fragments_dropped"), m.get(f"{r}/fragments_from")
         if dropped is None or not isinstance(taken, dict):
             return
-        d = self._delta("dropped", float(dropped))
-        t = self._delta("taken", float(sum(taken.values())))
-        if d is None or t is None or d + t < 10:
+        got = self._window(("dropped", "taken"), (float(dropped), float(sum(taken.values()))))
+        if got is None:
             return
+        d, t = got
         if d / (d + t) > self.H.stale_share and self.updates > self.H.grace_updates:
             self._say(out, "fragments_too_old",
                       "most fragments arrive older than training.max_policy_lag allows and "
@@ -268,9 +283,11 @@ class HealthWatch:
             stale, got = m.get(f"gossip/{what}_stale_dropped"), m.get(f"gossip/{what}_received")
             if stale is None or got is None:
                 continue
-            ds_ = self._delta(f"{what}_stale", float(stale))
-            dg = self._delta(f"{what}_got", float(got))
-            if ds_ is not None and dg and dg >= 10 and ds_ / dg > self.H.stale_share:
+            w = self._window((f"{what}_stale", f"{what}_got"), (float(stale), float(got)))
+            if w is None:
+                continue
+            ds_, dg = w
+            if dg > 0 and ds_ / dg > self.H.stale_share:
                 self._say(out, "gossip_stale",
                           f"most {plural} from neighbours arrive too old and are dropped: "
                           "raise gossip.grad_staleness, or fewer neighbours",

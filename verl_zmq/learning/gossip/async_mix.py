@@ -35,7 +35,7 @@ import torch
 from ... import wire
 from ...policy.nets import flat_grad, set_flat_grad
 from . import grad_codec
-from .mix_node import MixNode, push
+from .mix_node import MixNode, keep_best, push
 
 
 @dataclass
@@ -146,13 +146,10 @@ class AsyncGradMixer:
         self.stats["grad_received"] += 1
         with self.lock:
             self.inbox.append(a)
-            if len(self.inbox) > self.G.max_queue_size:  # keep the best by priority_fn
-                keep = sorted(self.inbox, key=self._priority, reverse=True)
-                self.inbox = deque(keep[:self.G.max_queue_size])
+            kept = keep_best(self.inbox, self.G.max_queue_size, self.G.priority_fn)
+            if kept is not None:
+                self.inbox = kept
                 self.stats["grad_queue_overflow"] += 1
-
-    def _priority(self, a: Arrived) -> float:
-        return a.reward if self.G.priority_fn == "reward" else a.at
 
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {f"gossip/{k}": v for k, v in self.stats.items()}

@@ -38,7 +38,7 @@ import numpy as np
 
 from ... import wire
 from ...batch import Layout
-from .mix_node import MixNode, push
+from .mix_node import MixNode, keep_best, push
 
 
 @dataclass
@@ -133,11 +133,9 @@ class ExperienceGossip:
             self.newest[src] = max(self.newest.get(src, msg.update), msg.update)
             self.inbox.append(ArrivedBatch(src, msg.update, float(msg.reward), arrays,
                                            time.monotonic()))
-            if len(self.inbox) > self.G.max_queue_size:  # keep the best by priority_fn
-                key = (lambda a: a.reward) if self.G.priority_fn == "reward" \
-                    else (lambda a: a.at)
-                self.inbox = deque(sorted(self.inbox, key=key,
-                                          reverse=True)[:self.G.max_queue_size])
+            kept = keep_best(self.inbox, self.G.max_queue_size, self.G.priority_fn)
+            if kept is not None:
+                self.inbox = kept
                 self.stats["batch_queue_overflow"] += 1
 
     def metrics(self) -> dict[str, float]:

@@ -2,12 +2,14 @@
 `ExperienceGossip`) needs of the peer it mixes for: its id, log and counters,
 its neighbours and a socket to each, its own parameters and what they score.
 `GossipNode` is the one implementation. `push` sends a message that wants no
-reply to some neighbours without waiting."""
+reply to some neighbours without waiting; `keep_best` bounds what arrived by
+`priority_fn`."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import zmq
@@ -17,6 +19,7 @@ from ... import wire
 from ...comm.messaging import WireStats
 from ...config import Job
 from ..trainer import Trainer
+from . import grad_codec
 
 
 class MixNode(Protocol):
@@ -51,7 +54,7 @@ def push(node: MixNode, msg: wire.Message, to: list[str]) -> tuple[int, int, int
     at a full or gone neighbour, bytes of its arrays sent)."""
     sent = dropped = nbytes = 0
     frames = None
-    size = int(sum(np.asarray(v).nbytes for v in dict(getattr(msg, "arrays", {})).values()))
+    size = grad_codec.nbytes(dict(getattr(msg, "arrays", {})))
     for pid in to:
         try:
             sock = node.dealer(pid)
@@ -64,4 +67,23 @@ def push(node: MixNode, msg: wire.Message, to: list[str]) -> tuple[int, int, int
         except (zmq.Again, zmq.ZMQError, KeyError):
             dropped += 1
     return sent, dropped, nbytes
+
+
+class Arrival(Protocol):
+    """What a bounded inbox orders by: the sender's recent return and when it came."""
+
+    reward: float
+    at: float
+
+
+A = TypeVar("A", bound=Arrival)
+
+
+def keep_best(inbox: deque[A], size: int, priority_fn: str) -> deque[A] | None:
+    """`inbox` cut to its `size` best by `priority_fn` (the sender's reward, else the
+    most recent); None while it is within `size`."""
+    if len(inbox) <= size:
+        return None
+    key = (lambda a: a.reward) if priority_fn == "reward" else (lambda a: a.at)
+    return deque(sorted(inbox, key=key, reverse=True)[:size])
 

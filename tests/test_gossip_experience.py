@@ -2,7 +2,8 @@
 a peer's batch widened with what its neighbours pushed, on the env axis; a
 batch too far behind its sender's newest dropped; the queue bounded and ordered by
 `priority_fn`; a push that does not fit the job refused and counted, never
-trained on; and a neighbour's steps never counted as this peer's."""
+trained on; a compressed push decoded to the job's columns; and a neighbour's
+steps never counted as this peer's."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ class _Node:
     """What the experience gossip reads of its node."""
 
     def __init__(self, **gossip):
-        self.job = SimpleNamespace(gossip=dataclasses.replace(JOB.gossip, **gossip))
+        self.job = SimpleNamespace(gossip=dataclasses.replace(JOB.gossip, **gossip),
+                                   experiment=JOB.experiment)
         self.id = "peer-0"
         self.rejected: list[str] = []
         self.wire_stats = SimpleNamespace(reject=lambda src, e: self.rejected.append(str(e)))
@@ -128,3 +130,24 @@ def test_a_push_before_any_batch_of_ours_is_dropped_without_blame():
     g = _gossip()
     _push(g, "peer-1", _batch(g, 1, 1.0), 1.0)  # nothing to compare with yet
     assert not g.inbox and not g.node.rejected and g.stats["batch_refused"] == 0
+
+
+def test_a_compressed_push_arrives_as_the_jobs_columns_and_a_mangled_one_is_refused():
+    from verl_zmq.learning.gossip import batch_codec
+
+    g = _gossip(compression="topk_delta")
+    _widen(g, _batch(g, 2, 0.0))
+    sent = _batch(g, 3, 5.0)
+    sent["action"][:] = 1
+    wire_arrays = batch_codec.encode(sent, "topk_delta", np.random.default_rng(0), g._lead)
+    assert not set(sent) & set(wire_arrays)  # every column travels encoded
+    _push(g, "peer-1", wire_arrays, 1.0)
+    out = _widen(g, _batch(g, 2, 0.0))
+    assert out["reward"].shape == (T, 5)
+    for k, v in sent.items():  # constant columns: exact through 8-bit codes
+        assert out[k].dtype == v.dtype
+        np.testing.assert_array_equal(out[k][:, 2:] if k in g.layout.stepwise else out[k][2:],
+                                      v)
+    mangled = {**wire_arrays, "reward::shape": np.array([T + 1, 3], np.int32)}
+    _push(g, "peer-1", mangled, 1.0)
+    assert g.stats["batch_refused"] == 1 and "reward" in g.node.rejected[-1]

@@ -9,6 +9,9 @@ resolutions are equal):
                (64 each), each update's batch pushed to 2 neighbours and trained on
                beside the batches that have arrived, no waiting (mixing = "async",
                share = "experience")
+  dapo-fp16, dapo-terngrad, dapo-topk  (on request) the DAPO job with what travels
+               compressed (gossip.compression): batches in half precision or 8-bit
+               codes, parameters in half precision, as ternary deltas or top-k deltas
   dapo-grads   the same peers pushing every minibatch's gradient to 2 neighbours
                instead, mixed into their next step (share = "gradients")
   dapo-rounds  the same peers in gradient rounds (mixing = "gradients"): every
@@ -27,11 +30,12 @@ resolutions are equal):
 Printed per run: total env steps (all trainers together) and wall seconds from
 the first env step until the first trainer and until every trainer reached the
 target; then per arm the mean with a bootstrap 90% interval, and the ratio of
-means to `ppo`. (Peers that average gradients hold identical parameters, so
-"every peer" is also their average's.)
+means to `ppo` (or to the arm `--base` names). (Peers that average gradients
+hold identical parameters, so "every peer" is also their average's.)
 
     python tools/bench/dapo.py [--seeds 0 1 2] [--arms dapo dapo-grads dapo-rounds ppo]
     python tools/bench/dapo.py --task pendulum --arms dapo dapo-alone ppo  # to -300
+    python tools/bench/dapo.py --arms dapo dapo-topk --base dapo  # compression's cost
 """
 
 from __future__ import annotations
@@ -81,6 +85,9 @@ PULL = ["gossip.share_batch=false", 'gossip.mixing="reward_softmax"', "gossip.sy
 RESET = ["gossip.update_interval=5"]
 ARMS: dict[str, tuple[str, list[str]]] = {
     "dapo": (DAPO_JOB, BASE),
+    **{f"dapo-{name}": (DAPO_JOB, [*BASE, f'gossip.compression="{scheme}"'])
+       for name, scheme in (("fp16", "fp16"), ("terngrad", "terngrad"),
+                            ("topk", "topk_delta"))},
     "dapo-grads": (DAPO_JOB, [*BASE, 'gossip.share="gradients"',
                               "algorithm.params.decoupled_loss=false"]),
     "dapo-alone": (DAPO_JOB, [*BASE, 'gossip.mixing="exact"', *RESET,
@@ -168,35 +175,36 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--target", type=float, default=None, help="default: the task's")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="overrides for every DAPO arm (e.g. gossip.neighbor_count=1)")
+    ap.add_argument("--base", default="ppo", help="the arm the ratios are to")
     args = ap.parse_args(argv)
     task, default_target = TASKS[args.task]
     args.target = default_target if args.target is None else args.target
-    print(f"{'arm':<11}{'seed':>5}{'steps first':>13}{'steps all':>12}{'s first':>9}"
+    print(f"{'arm':<14}{'seed':>5}{'steps first':>13}{'steps all':>12}{'s first':>9}"
           f"{'s all':>8}{'process s':>11}")
     rows: dict[str, list[dict]] = {a: [] for a in args.arms}
     for seed in args.seeds:
         for arm in args.arms:  # interleaved: a drifting machine load hits every arm alike
             r = run_arm(arm, seed, args.target, task, args.set)
             rows[arm].append(r)
-            print(f"{arm:<11}{seed:>5}{fmt(r['first_steps']):>13}{fmt(r['all_steps']):>12}"
+            print(f"{arm:<14}{seed:>5}{fmt(r['first_steps']):>13}{fmt(r['all_steps']):>12}"
                   f"{fmt(r['first_s'], '.1f'):>9}{fmt(r['all_s'], '.1f'):>8}"
                   f"{r['wall_s']:>11.1f}", flush=True)
     rng = random.Random(0)
     print(f"\nmean total env steps until every trainer reached {args.target:g} "
-          f"(90% bootstrap interval), ratio of means to ppo:")
-    base = rows.get("ppo")
+          f"(90% bootstrap interval), ratio of means to {args.base}:")
+    base = rows.get(args.base)
     base_mean = (sum(r["all_steps"] for r in base) / len(base)
                  if base and all(r["all_steps"] for r in base) else None)
     for arm, rs in rows.items():
         xs = [r["all_steps"] for r in rs]
         if any(x is None for x in xs):
-            print(f"  {arm:<11} a run did not reach the target within {BUDGET:,} steps")
+            print(f"  {arm:<14} a run did not reach the target within {BUDGET:,} steps")
             continue
         m = sum(xs) / len(xs)
         lo, hi = boot(xs, rng)
         ratio = f"{m / base_mean:.2f} ({lo / base_mean:.2f}-{hi / base_mean:.2f})" \
             if base_mean else "-"
-        print(f"  {arm:<11} {m:>10,.0f}  [{lo:,.0f}, {hi:,.0f}]  ratio {ratio}")
+        print(f"  {arm:<14} {m:>10,.0f}  [{lo:,.0f}, {hi:,.0f}]  ratio {ratio}")
 
 
 if __name__ == "__main__":

@@ -293,8 +293,8 @@ class Gossip:
     # in, and a peer that fell this far further behind a neighbour since its last mix
     # adopts the neighbour's params instead
     staleness_updates: int = 50
-    # what travels: gradients (async) and parameter deltas (pulls) as fp16,
-    # 2-bit TernGrad, 1-bit signs with error feedback (gradients only), or the largest
+    # what travels: gradients, parameter changes (pulls) and batches (experience), in fp16,
+    # 2-bit ternary, top-k, 1-bit signs (gradients only); batches then 8-bit (not fp16)
     compression: Literal["none", "fp16", "terngrad", "sign", "topk_delta"] = "none"
     topk_fraction: float = 0.05  # compression = "topk_delta": the share of entries sent
 

@@ -307,8 +307,9 @@ class GossipGrads(Message):
 @dataclass(kw_only=True)
 class GossipBatch(Message):
     """Peer -> peer, no reply (`gossip.share = "experience"`): the batch a peer just
-    trained on, its columns as the update reads them ([T, E, ...] stepwise), for a
-    neighbour to train on beside its own."""
+    trained on, its columns as the update reads them ([T, E, ...] stepwise), or
+    encoded per `gossip.compression` (`batch_codec.py`), for a neighbour to train on
+    beside its own."""
 
     KIND: ClassVar[Kind] = Kind.GOSSIP_BATCH
     update: int = 0

@@ -1,33 +1,43 @@
 """Compression of parameters sent between peers (`gossip.compression`).
 
 - `none`: float32 as is.  `fp16`: half precision.
-- `terngrad`: the change against a base both sides hold, quantised to
-  {-1, 0, +1} x a per-tensor scale s = max|delta|, each element +-1 with
-  probability |delta| / s: unbiased, E[decoded] = the exact change.
+- `terngrad`: the change against a base both sides hold, as {-1, 0, +1} x a
+  per-tensor scale s (the mean size of the changes of at least 0.7 of the
+  mean), +-s for each change of at least s / 2 and 0 below; packed 4 to a byte
+  (2 bits an element). Rounded deterministically, not stochastically as
+  gradients are: error feedback (below) carries what a rounding missed into
+  the next change, and only a rounding whose error is never above the change
+  it rounds makes that carried error shrink rather than grow.
 - `topk_delta`: only the k largest changes (by magnitude, per tensor) against
-  the base.
+  the base, each a half-precision value and its index: the gap from the index
+  before it in a byte where every gap fits, else 16 bits where the tensor allows
+  (3 or 4 bytes a change kept, where float32 and int32 took 8).
 For the two delta schemes the sender keeps, per receiver, what that receiver
 can reconstruct, and sends the change against it: what was not sent (or was
 rounded away) stays in the next change (error feedback). Both sides name the
-base by its fingerprint; a receiver without it gets full parameters.
+base by its fingerprint; a receiver without it gets full parameters in half
+precision, whose rounding the next changes correct.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .grad_codec import pack2, unpack2
+
 SCHEMES = ("none", "fp16", "terngrad", "topk_delta")
 DELTA = ("terngrad", "topk_delta")
 
 
 def encode(arrays: dict[str, np.ndarray], scheme: str, base: dict[str, np.ndarray] | None,
-           rng: np.random.Generator, topk_fraction: float = 0.05
+           topk_fraction: float = 0.05
            ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(what to send, what the receiver will reconstruct from it)."""
-    if scheme == "none" or (scheme in DELTA and base is None):
+    if scheme == "none":
         full = {k: np.asarray(v, np.float32) for k, v in arrays.items()}
         return full, full
-    if scheme == "fp16":
+    if scheme == "fp16" or base is None:  # a delta scheme's first send: half precision,
+        # its rounding corrected by the changes that follow (the receiver's base is this)
         half = {k: np.asarray(v, np.float16) for k, v in arrays.items()}
         return half, {k: v.astype(np.float32) for k, v in half.items()}
     assert base is not None  # a delta scheme, with a base (see the first branch)
@@ -36,19 +46,33 @@ def encode(arrays: dict[str, np.ndarray], scheme: str, base: dict[str, np.ndarra
     for k, v in arrays.items():
         delta = (np.asarray(v, np.float32) - base[k]).reshape(-1)
         if scheme == "terngrad":
-            s = float(np.abs(delta).max(initial=0.0))
-            t = (np.sign(delta) * (rng.random(delta.size) < np.abs(delta) / s)
-                 if s > 0 else np.zeros(delta.size))
-            wire[f"{k}::tern"] = t.astype(np.int8).reshape(v.shape)
-            wire[f"{k}::scale"] = np.array([s], np.float32)
-            got = (s * t).astype(np.float32)
+            # deterministic: +-s where |delta| >= s / 2, s the mean size of the changes
+            # at least 0.7 of the mean (ternary weights' threshold). No entry's error is
+            # then above its change, so what error feedback carries into the next change
+            # shrinks; a stochastic rounding's noise would be carried too, and grow
+            a = np.abs(delta)
+            big = a[a >= 0.7 * a.mean()] if delta.size else a
+            s = float(big.mean()) if big.size else 0.0
+            t = np.sign(delta) * (a >= s / 2) if s > 0 else np.zeros(delta.size)
+            wire[f"{k}::tern"] = pack2((t + 1).astype(np.uint8))  # codes 0, 1, 2
+            wire[f"{k}::scale"] = scale = np.array([s], np.float32)
+            # as the receiver computes it, from the float32 scale: the same bits both sides
+            got = float(scale[0]) * (t.astype(np.float32))
         elif scheme == "topk_delta":
             n = max(1, int(np.ceil(topk_fraction * delta.size)))
-            idx = np.argpartition(np.abs(delta), -n)[-n:].astype(np.int32)
-            wire[f"{k}::idx"] = idx
-            wire[f"{k}::val"] = delta[idx].astype(np.float32)
+            idx = np.sort(np.argpartition(np.abs(delta), -n)[-n:])
+            gaps = np.diff(idx, prepend=0)
+            if gaps.max() < 256:  # dense enough: each index as its gap from the last
+                wire[f"{k}::gap"] = gaps.astype(np.uint8)
+            else:
+                wire[f"{k}::idx"] = idx.astype(np.uint16 if delta.size <= 1 << 16
+                                               else np.int32)
+            val = delta[idx].astype(np.float16)
+            if not np.isfinite(val).all():  # a change beyond half's range
+                val = delta[idx]
+            wire[f"{k}::val"] = val
             got = np.zeros(delta.size, np.float32)
-            got[idx] = delta[idx]
+            got[idx] = val  # what the receiver gets: the rest stays in the next change
         else:
             raise ValueError(f"gossip.compression: unknown {scheme!r}")
         recon[k] = base[k] + got.reshape(v.shape)
@@ -67,19 +91,25 @@ def decode(wire: dict[str, np.ndarray], scheme: str, base: dict[str, np.ndarray]
     for k, ref in reference.items():
         if scheme == "terngrad":
             t, s = wire.get(f"{k}::tern"), wire.get(f"{k}::scale")
-            if t is None or s is None or t.shape != ref.shape or s.shape != (1,):
+            if t is None or s is None or t.shape != ((ref.size + 3) // 4,) \
+                    or s.shape != (1,) or t.dtype != np.uint8 or not np.isfinite(s).all():
                 raise ValueError(f"{k}: terngrad parts missing or misshapen")
-            if t.dtype.kind not in "iu" or np.abs(t).max(initial=0) > 1:
+            codes = unpack2(t, ref.size)
+            if codes.max(initial=0) > 2:
                 raise ValueError(f"{k}: terngrad values outside -1, 0, 1")
-            out[k] = base[k] + float(s[0]) * t.astype(np.float32)
+            out[k] = base[k] + float(s[0]) * (codes.astype(np.float32) - 1.0).reshape(ref.shape)
         elif scheme == "topk_delta":
             idx, val = wire.get(f"{k}::idx"), wire.get(f"{k}::val")
+            if idx is None and (gap := wire.get(f"{k}::gap")) is not None:
+                idx = np.cumsum(gap, dtype=np.int64) if gap.dtype == np.uint8 else gap
             if idx is None or val is None or idx.shape != val.shape or idx.ndim != 1:
                 raise ValueError(f"{k}: top-k parts missing or misshapen")
             if idx.dtype.kind not in "iu" or (idx.size and (idx.min() < 0
                                                             or idx.max() >= ref.size)):
                 raise ValueError(f"{k}: top-k indices out of range")
             flat = base[k].reshape(-1).copy()
+            if val.dtype.kind != "f" or not np.isfinite(val).all():
+                raise ValueError(f"{k}: top-k values not finite")
             flat[idx] += val.astype(np.float32)
             out[k] = flat.reshape(ref.shape)
         else:

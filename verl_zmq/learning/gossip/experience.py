@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ import numpy as np
 
 from ... import wire
 from ...batch import Layout
+from . import batch_codec
 from .mix_node import MixNode, keep_best, push
 
 
@@ -70,6 +72,8 @@ class ExperienceGossip:
         self.bytes_sent = 0
         self.steps_used = 0  # neighbours' steps trained on
         self.delay_sum = 0.0
+        # stochastic rounding of what a compressed push quantises
+        self.rng = np.random.default_rng([node.job.experiment.seed, zlib.crc32(node.id.encode())])
 
     def widen(self, batch: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         """Push `batch` to this update's neighbours; return it with what arrived."""
@@ -91,7 +95,8 @@ class ExperienceGossip:
         self.stats["batch_used"] += len(fresh)
         self.update += 1
         msg = wire.GossipBatch(update=self.update, reward=float(self.node.reward()),
-                               arrays=own)
+                               arrays=batch_codec.encode(own, self.G.compression, self.rng,
+                                                         self._lead))
         asyncio.run_coroutine_threadsafe(self._push(msg), self.loop)
         return self.layout.concat([own, *fresh]) if fresh else batch
 
@@ -101,6 +106,10 @@ class ExperienceGossip:
         self.stats["batch_push_dropped"] += dropped
         self.bytes_sent += nbytes
 
+    def _lead(self, column: str) -> int:
+        """A column's step axes: [T, E, ...] stepwise, [E, ...] a bootstrap or state."""
+        return 2 if column in self.layout.stepwise else 1
+
     def _problem(self, arrays: Mapping[str, np.ndarray]) -> str:
         if not self.own:
             return "no batch of our own yet to compare with"
@@ -109,7 +118,7 @@ class ExperienceGossip:
         for k, (dt, shape) in self.own.items():
             a = arrays[k]
             # stepwise columns [T, E, ...]; a bootstrap or state column [E, ...]
-            axis = 1 if k in self.layout.stepwise else 0
+            axis = self._lead(k) - 1
             if a.dtype != dt or a.ndim != len(shape) or \
                     any(x != y for i, (x, y) in enumerate(zip(a.shape, shape)) if i != axis):
                 return f"{k} has {a.dtype}{tuple(a.shape)}, ours {dt}{shape}"
@@ -119,8 +128,12 @@ class ExperienceGossip:
 
     def receive(self, src: str, msg: wire.GossipBatch) -> None:
         """A neighbour's batch: queued, or refused (counted)."""
-        arrays = {k: np.asarray(v) for k, v in dict(msg.arrays).items()}
-        why = self._problem(arrays)
+        try:
+            arrays = batch_codec.decode(dict(msg.arrays), self.own,
+                                        lambda k: self._lead(k) - 1)
+            why = self._problem(arrays)
+        except ValueError as e:
+            arrays, why = {}, str(e)
         if not why and not np.isfinite(msg.reward):
             why = "reward is not finite"
         if why:

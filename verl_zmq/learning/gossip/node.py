@@ -274,8 +274,8 @@ class GossipNode:
                 if base is not None and gossip.fingerprint(base) != msg.fingerprint:
                     base = None  # the requester lost our base: full params
                 scheme = self.param_compression
-                arrays, recon = compress.encode(own, scheme, base, self.grng, G.topk_fraction)
-                used = scheme if (scheme not in compress.DELTA or base is not None) else "none"
+                arrays, recon = compress.encode(own, scheme, base, G.topk_fraction)
+                used = scheme if (scheme not in compress.DELTA or base is not None) else "fp16"
                 if scheme in compress.DELTA:
                     self.sent_base[msg.src] = recon
                 self.param_bytes += grad_codec.nbytes(arrays)

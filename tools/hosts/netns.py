@@ -1,6 +1,7 @@
 """Hosts as Linux network namespaces on this machine, for fault tests and
 tools/faults/scenarios.py: host 0 and each other host are joined by a veth pair (host i
-is 10.77.i.2, host 0's end of its link 10.77.i.1), every host runs its own
+is 10.77.i.2, host 0's end of its link 10.77.i.1; host 0 routes between the
+others, so every host reaches every other), every host runs its own
 sshd on port 22, and the launcher runs inside host 0. A partition is a link
 brought down; a lost host is one whose every process is killed and whose link
 is down, until it "boots" again (link up, a fresh sshd).
@@ -155,6 +156,12 @@ class Lab(Managed):
             # host 0 answers on its first address from every link (Linux accepts a
             # local address on any interface); host i reaches it through its link
             join(self.names[0], self.names[i], i, *self._link(i))
+        # host 0 routes between the others (a new namespace does not forward): host i
+        # reaches host j through it, as machines on one switch reach each other
+        r = subprocess.run(["ip", "netns", "exec", self.names[0], "sysctl", "-qw",
+                            "net.ipv4.ip_forward=1"], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"forwarding in {self.names[0]}: {r.stderr.strip()}")
         write_sshd_files(self.tmp / "ssh", ["0.0.0.0"], 22)
         for i in range(len(self.names)):
             self.start_sshd(i)

@@ -1,7 +1,11 @@
 """The peers a gossip node knows and one DEALER to each: learned from the
 registry's membership and from what neighbours say of theirs (so membership
 survives the registry), dropped when the registry drops them or they do not
-answer (not learned again from gossip for FORGET_DEAD_S), and their sockets
+answer (not learned again from gossip for FORGET_DEAD_S). One the registry
+still lists that did not answer is slow, not dead (a host starting up or held
+to a CPU share): it is asked again after RETRY_QUIET_S, doubling each time it
+stays silent, so that a slow start never leaves a peer with no one to gossip
+with. Their sockets
 closed only once an exchange in flight on one has ended (closing a socket
 under a pending recv fails that recv, and with it the role)."""
 
@@ -19,6 +23,7 @@ from ...comm.transport import Transport
 from ...config.wiring import GOSSIP
 
 FORGET_DEAD_S = 30.0  # a peer found dead is not re-learned from gossip for this long
+RETRY_QUIET_S = 5.0  # a silent peer the registry lists is asked again after this (doubling)
 MAX_LISTED = 64  # peers a hello names
 
 
@@ -39,6 +44,7 @@ class Neighbours:
         self.busy: set[str] = set()  # neighbours with an exchange in flight
         self.orphans: dict[str, list[zmq.asyncio.Socket]] = {}  # closed when it ends
         self.from_registry: dict[str, wire.Member] = {}
+        self.quiet: dict[str, tuple[float, float]] = {}  # silent: (ask again at, wait)
 
     def on_membership(self, members: dict[str, wire.Member]) -> None:
         """The registry's view: peers it dropped are dropped here too."""
@@ -61,6 +67,8 @@ class Neighbours:
                 self.close(m.id)
             self.peers[m.id] = m
             self.dead.pop(m.id, None)
+            if how != "retry":
+                self.quiet.pop(m.id, None)
             self.log.info("peer_learned", member=m.id, via=how, peers=len(self.peers))
 
     def drop(self, pid: str, why: str) -> None:
@@ -101,6 +109,23 @@ class Neighbours:
         cur = self.out.get(pid)
         if cur is not None and cur[1] is sock:
             self.drop(pid, "no_reply")
+            wait = min(2 * self.quiet[pid][1], FORGET_DEAD_S) if pid in self.quiet \
+                else RETRY_QUIET_S
+            self.quiet[pid] = (time.monotonic() + wait, wait)
+
+    def answered(self, pid: str) -> None:
+        """`pid` answered: the next silence waits RETRY_QUIET_S again."""
+        self.quiet.pop(pid, None)
+
+    def retry_quiet(self) -> None:
+        """Ask again the silent peers the registry still lists whose wait is over."""
+        now = time.monotonic()
+        for pid, (at, _) in list(self.quiet.items()):
+            m = self.from_registry.get(pid)
+            if m is None:
+                del self.quiet[pid]  # gone from the registry too: dead
+            elif at <= now and pid not in self.peers:
+                self.learn(m, "retry")
 
     def listed(self) -> list[wire.Member]:
         """The peers a hello names."""

@@ -198,6 +198,7 @@ class GossipNode:
             self._no_reply(pid, sock)
             return
         self._heard(pid, hello)
+        self.nb.answered(pid)
         if hello.fingerprint in (self.fingerprint(), self.recv_fp.get(pid)):
             self.stats["pulls_skipped"] += 1
             self.log.info("gossip_pull_skipped", member=pid, round=self.round,
@@ -325,6 +326,7 @@ class GossipNode:
         """Every `update_interval` updates a round; every `sync_interval` a mix."""
         G = self.job.gossip
         u = self.trainer.algo.updates
+        self.nb.retry_quiet()  # silent peers the registry lists, once their wait is over
         if self.grads is not None:
             # gradient rounds keep the peers' update numbers in step (theirs may differ:
             # a restart, an update alone): parameter rounds follow that number, so

@@ -5,9 +5,9 @@ answer (not learned again from gossip for FORGET_DEAD_S). One the registry
 still lists that did not answer is slow, not dead (a host starting up or held
 to a CPU share): it is asked again after RETRY_QUIET_S, doubling each time it
 stays silent, so that a slow start never leaves a peer with no one to gossip
-with. Their sockets
-closed only once an exchange in flight on one has ended (closing a socket
-under a pending recv fails that recv, and with it the role)."""
+with. Their sockets are closed only once an exchange in flight on one has
+ended (closing a socket under a pending recv fails that recv, and with it the
+role)."""
 
 from __future__ import annotations
 

@@ -113,6 +113,15 @@ def test_fp16_and_none_reconstruct_within_their_precision():
         np.testing.assert_array_equal(got[k], recon[k])
 
 
+def test_fp16_keeps_float32_for_a_tensor_beyond_halfs_range():
+    """(observation statistics, say): never an infinity a receiver must refuse."""
+    x = {"w": np.array([1.0, 1e6], np.float32), "b": np.ones(2, np.float32)}
+    for scheme in ("fp16", "terngrad"):  # terngrad's first send (no base): half precision
+        wire, recon = compress.encode(x, scheme, None)
+        assert wire["w"].dtype == np.float32 and wire["b"].dtype == np.float16
+        np.testing.assert_array_equal(compress.decode(wire, "fp16", None, x)["w"], x["w"])
+
+
 def test_terngrad_params_never_err_above_a_change_and_error_feedback_converges():
     rng = np.random.default_rng(0)
     base, x = _params(rng), _params(rng)

@@ -38,7 +38,7 @@ def encode(arrays: dict[str, np.ndarray], scheme: str, base: dict[str, np.ndarra
         return full, full
     if scheme == "fp16" or base is None:  # a delta scheme's first send: half precision,
         # its rounding corrected by the changes that follow (the receiver's base is this)
-        half = {k: np.asarray(v, np.float16) for k, v in arrays.items()}
+        half = {k: _half(v) for k, v in arrays.items()}
         return half, {k: v.astype(np.float32) for k, v in half.items()}
     assert base is not None  # a delta scheme, with a base (see the first branch)
     wire: dict[str, np.ndarray] = {}
@@ -77,6 +77,13 @@ def encode(arrays: dict[str, np.ndarray], scheme: str, base: dict[str, np.ndarra
             raise ValueError(f"gossip.compression: unknown {scheme!r}")
         recon[k] = base[k] + got.reshape(v.shape)
     return wire, recon
+
+
+def _half(v: np.ndarray) -> np.ndarray:
+    """`v` in half precision, or float32 where half cannot hold it (beyond 65504)."""
+    with np.errstate(over="ignore"):  # an overflow is what the test below is for
+        h = np.asarray(v, np.float16)
+    return h if np.isfinite(h).all() or not np.isfinite(v).all() else np.asarray(v, np.float32)
 
 
 def decode(wire: dict[str, np.ndarray], scheme: str, base: dict[str, np.ndarray] | None,

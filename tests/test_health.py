@@ -120,6 +120,14 @@ def test_reports_policy_lag_stale_fragments_and_gossip():
     said = [ev for lag in (0.5, 1.5, 1.0, 1.8, 2.2, 2.9)
             for ev, _ in w.report("learner", {"learner/policy_lag_mean": lag})]
     assert said == ["health_policy_lag_growing"]  # 1.0 broke the first window
+    # reports that saw no new update repeat a lag: they do not count toward the window
+    w = HealthWatch(JOB)
+    w.updates = 100
+    slow = [(u, lag) for u, lag in ((1, 0.5), (2, 1.5), (3, 1.8), (4, 2.2), (5, 2.9))
+            for _ in range(3)]  # three reports an update: a learner slower than them
+    said = [ev for u, lag in slow for ev, _ in w.report(
+        "learner", {"learner/policy_lag_mean": lag, "learner/updates": u})]
+    assert said == ["health_policy_lag_growing"] and list(w.lags) == [1.5, 1.8, 2.2, 2.9]
     assert w.report("learner", {"learner/policy_lag_mean": 9.0, "final": True}) == []
     w = HealthWatch(JOB)
     w.updates = 100

@@ -30,8 +30,8 @@ class Health:
     ev_floor: float = -0.2
     ev_updates: int = 50  # the window of updates ev_floor is judged over
     value_loss_growth: float = 1000.0  # value loss this many times its early median
-    # policy lag that never fell over this many metrics reports and rose by lag_rise
-    # updates (past 2): samplers get ahead of the learner without bound
+    # policy lag that never fell over this many metrics reports (of new updates) and rose
+    # by lag_rise updates (past 2): samplers get ahead of the learner without bound
     lag_reports: int = 12
     lag_rise: float = 2.0  # updates of policy lag gained over lag_reports
     stale_share: float = 0.5  # of fragments (or gossip) dropped as too old, over 10 or more

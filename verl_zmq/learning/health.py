@@ -73,6 +73,7 @@ class HealthWatch:
     def __post_init__(self) -> None:
         self.evs = deque(maxlen=max(1, self.H.ev_updates))
         self.lags = deque(maxlen=max(2, self.H.lag_reports))
+        self.lag_at: object = None  # the trainer's update count at the last lag counted
 
     @property
     def H(self) -> Health:
@@ -215,7 +216,11 @@ class HealthWatch:
             return out
         H = self.H
         lag = m.get(f"{r}/policy_lag_mean")
-        if lag is not None:
+        updates = m.get(f"{r}/updates")
+        # one lag an update at most: reports closer than a slow learner's updates repeat
+        # the last one, and a window of repeats could never rise
+        if lag is not None and (updates is None or updates != self.lag_at):
+            self.lag_at = updates
             lags = self.lags
             lags.append(float(lag))
             rising = all(b >= a for a, b in zip(lags, list(lags)[1:]))

@@ -17,10 +17,6 @@ def lead(k: str) -> int:
     return 2 if k in STEPWISE else 1
 
 
-def env_axis(k: str) -> int:
-    return lead(k) - 1
-
-
 def batch(rng: np.random.Generator) -> dict[str, np.ndarray]:
     """A CartPole-like learner batch: [T, E, ...] steps and [E, ...] bootstraps."""
     return {"obs": rng.normal(0, [0.1, 0.5, 0.05, 0.8], (T, E, 4)).astype(np.float32),
@@ -45,7 +41,7 @@ def nbytes(w):
 def test_none_travels_as_it_is():
     b = batch(np.random.default_rng(0))
     w = batch_codec.encode(b, "none", np.random.default_rng(1), lead)
-    got = batch_codec.decode(w, own(b), env_axis)
+    got = batch_codec.decode(w, own(b), lead)
     assert all(np.array_equal(got[k], b[k]) for k in b)
 
 
@@ -53,7 +49,7 @@ def test_none_travels_as_it_is():
 def test_lossless_columns_exact_and_floats_within_the_scheme(scheme):
     b = batch(np.random.default_rng(0))
     w = batch_codec.encode(b, scheme, np.random.default_rng(1), lead)
-    got = batch_codec.decode(w, own(b), env_axis)
+    got = batch_codec.decode(w, own(b), lead)
     for k, v in b.items():
         assert got[k].dtype == v.dtype and got[k].shape == v.shape
         if v.dtype.kind in "bi":  # packed bits, the smallest int: exact
@@ -78,7 +74,7 @@ def test_quantised_floats_are_unbiased():
     total = np.zeros(b["value"].shape)
     for _ in range(n):
         w = batch_codec.encode(b, "topk_delta", rng, lead)
-        total += batch_codec.decode(w, own(b), env_axis)["value"]
+        total += batch_codec.decode(w, own(b), lead)["value"]
     step = (b["value"].max() - b["value"].min()) / 255
     # E[decoded] = the value: the mean of n draws within 5 standard errors (<= step / 2)
     np.testing.assert_allclose(total / n, b["value"], atol=5 * step / 2 / np.sqrt(n))
@@ -90,7 +86,7 @@ def test_a_wider_env_axis_decodes():
     ours, theirs = batch(rng), {k: np.concatenate([v, v], axis=lead(k) - 1)
                                 for k, v in batch(rng).items()}
     w = batch_codec.encode(theirs, "fp16", rng, lead)
-    got = batch_codec.decode(w, own(ours), env_axis)
+    got = batch_codec.decode(w, own(ours), lead)
     assert got["obs"].shape == (T, 2 * E, 4) and got["bootstrap_value"].shape == (2 * E,)
 
 
@@ -102,7 +98,7 @@ def test_what_does_not_fit_is_refused():
 
     def refused(w, match):
         with pytest.raises(ValueError, match=match):
-            batch_codec.decode(w, o, env_axis)
+            batch_codec.decode(w, o, lead)
 
     refused({k: v for k, v in good.items() if not k.startswith("logp")}, "columns")
     refused({**good, "obs::shape": np.array([T, E, 5])}, "shape")

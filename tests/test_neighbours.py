@@ -42,31 +42,28 @@ def _silent(nb, pid):
     nb.silent(pid, nb.dealer(pid))
 
 
+def _after(nb, clock, seconds) -> set[str]:
+    """The peers known once `seconds` have passed and the quiet ones were retried."""
+    clock[0] += seconds
+    nb.retry_quiet()
+    return set(nb.peers)
+
+
 def test_a_silent_peer_the_registry_lists_is_asked_again_after_a_doubling_wait(monkeypatch):
     clock = [100.0]
     nb, logged = _nb(monkeypatch, clock)
     assert set(nb.peers) == {"peer-1", "peer-2"}
     _silent(nb, "peer-1")
     assert "peer-1" not in nb.peers  # not chosen while it is quiet
-    clock[0] += neighbours.RETRY_QUIET_S - 0.1
-    nb.retry_quiet()
-    assert "peer-1" not in nb.peers
-    clock[0] += 0.2
-    nb.retry_quiet()
-    assert "peer-1" in nb.peers  # asked again
+    assert "peer-1" not in _after(nb, clock, neighbours.RETRY_QUIET_S - 0.1)
+    assert "peer-1" in _after(nb, clock, 0.2)  # asked again
     assert ("peer_learned", {"member": "peer-1", "via": "retry", "peers": 2}) in logged
     _silent(nb, "peer-1")  # still silent: twice the wait
-    clock[0] += neighbours.RETRY_QUIET_S + 0.1
-    nb.retry_quiet()
-    assert "peer-1" not in nb.peers
-    clock[0] += neighbours.RETRY_QUIET_S
-    nb.retry_quiet()
-    assert "peer-1" in nb.peers
+    assert "peer-1" not in _after(nb, clock, neighbours.RETRY_QUIET_S + 0.1)
+    assert "peer-1" in _after(nb, clock, neighbours.RETRY_QUIET_S)
     nb.answered("peer-1")  # it answered: a later silence waits the first wait again
     _silent(nb, "peer-1")
-    clock[0] += neighbours.RETRY_QUIET_S + 0.1
-    nb.retry_quiet()
-    assert "peer-1" in nb.peers
+    assert "peer-1" in _after(nb, clock, neighbours.RETRY_QUIET_S + 0.1)
 
 
 def test_a_wait_never_exceeds_forget_dead_s(monkeypatch):
@@ -74,9 +71,7 @@ def test_a_wait_never_exceeds_forget_dead_s(monkeypatch):
     nb, _ = _nb(monkeypatch, clock)
     for _ in range(8):
         _silent(nb, "peer-2")
-        clock[0] += neighbours.FORGET_DEAD_S + 0.1
-        nb.retry_quiet()
-        assert "peer-2" in nb.peers
+        assert "peer-2" in _after(nb, clock, neighbours.FORGET_DEAD_S + 0.1)
 
 
 def test_a_silent_peer_the_registry_dropped_is_not_asked_again(monkeypatch):
@@ -84,6 +79,4 @@ def test_a_silent_peer_the_registry_dropped_is_not_asked_again(monkeypatch):
     nb, _ = _nb(monkeypatch, clock)
     _silent(nb, "peer-2")
     nb.on_membership({m.id: m for m in (_member(0), _member(1))})  # the registry dropped it
-    clock[0] += 1000.0
-    nb.retry_quiet()
-    assert set(nb.peers) == {"peer-1"} and not nb.quiet
+    assert _after(nb, clock, 1000.0) == {"peer-1"} and not nb.quiet

@@ -49,7 +49,8 @@ def encode(arrays: Mapping[str, np.ndarray], scheme: str, rng: np.random.Generat
             code = _int_code(a)
             payload = a.astype(_CODES[code])
         elif a.dtype.kind == "f" and scheme in QUANTISE and a.size:
-            code, payload = "q8", _quantise(a, lead(k), rng, out, k).reshape(a.shape)
+            payload, out[f"{k}::range"] = _quantise(a, lead(k), rng)
+            code = "q8"
             if lead(k) == 2:  # a step's codes as the change from the step before (mod
                 # 256): an observation or value moves little per step, so they deflate
                 code, payload[1:] = "q8d", payload[1:] - payload[:-1]
@@ -76,8 +77,10 @@ def _int_code(a: np.ndarray) -> str:
     return "i64"
 
 
-def _quantise(a: np.ndarray, lead: int, rng: np.random.Generator,
-              out: dict[str, np.ndarray], k: str) -> np.ndarray:
+def _quantise(a: np.ndarray, lead: int, rng: np.random.Generator
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """`a`'s 8-bit codes (its shape) and their range: each element position's
+    (lowest, step) across the `lead` step axes."""
     x = a.astype(np.float64).reshape(-1, *a.shape[lead:])
     lo, hi = x.min(axis=0), x.max(axis=0)
     step = (hi - lo) / 255.0
@@ -85,14 +88,14 @@ def _quantise(a: np.ndarray, lead: int, rng: np.random.Generator,
     # stochastic rounding: floor(u + r), u uniform, so E[code] = r exactly
     codes = np.floor((x - lo) / safe + rng.random(x.shape))
     codes = np.clip(np.where(step > 0, codes, 0), 0, 255).astype(np.uint8)
-    out[f"{k}::range"] = np.stack([lo, step]).astype(np.float32)
-    return codes
+    return codes.reshape(a.shape), np.stack([lo, step]).astype(np.float32)
 
 
-def decode(wire: Mapping[str, np.ndarray], own: Own, env_axis: Callable[[str], int]
+def decode(wire: Mapping[str, np.ndarray], own: Own, lead: Callable[[str], int]
            ) -> dict[str, np.ndarray]:
     """The batch a push carries, in `own`'s dtypes; ValueError when it does not fit
-    (`env_axis(column)`: the one axis whose size may differ from ours)."""
+    (`lead(column)` as for `encode`: its last step axis, the env axis, is the one
+    whose size may differ from ours)."""
     if not any("::" in k for k in wire):
         return {k: np.asarray(v) for k, v in wire.items()}
     names = {k.split("::", 1)[0] for k in wire}
@@ -107,18 +110,18 @@ def decode(wire: Mapping[str, np.ndarray], own: Own, env_axis: Callable[[str], i
         if s is None or s.ndim != 1 or s.dtype.kind not in "iu" or len(s) != len(shape):
             raise ValueError(f"{k}: no shape, or not {len(shape)} axes")
         got = tuple(int(n) for n in s)
-        axis = env_axis(k)
+        axis = lead(k) - 1
         if any(n < 0 for n in got) or any(x != y for i, (x, y) in enumerate(zip(got, shape))
                                           if i != axis):
             raise ValueError(f"{k} has shape {got}, ours {shape}")
         if np.prod(got) > 16 * max(1, int(np.prod(shape))):  # a deflated payload's bound
             raise ValueError(f"{k} has shape {got}, over 16 times ours {shape}")
-        out[k] = _column(wire, k, got, dt)
+        out[k] = _column(wire, k, got, dt, lead(k))
     return out
 
 
-def _column(wire: Mapping[str, np.ndarray], k: str, shape: tuple[int, ...], dt: np.dtype
-            ) -> np.ndarray:
+def _column(wire: Mapping[str, np.ndarray], k: str, shape: tuple[int, ...], dt: np.dtype,
+            lead: int) -> np.ndarray:
     n = int(np.prod(shape))
     for code, t in _CODES.items():
         for z in ("", "z"):
@@ -136,7 +139,7 @@ def _column(wire: Mapping[str, np.ndarray], k: str, shape: tuple[int, ...], dt: 
             if code == "q8d":
                 v = np.cumsum(v.reshape(shape), axis=0, dtype=np.uint8)
             if code in ("q8", "q8d"):
-                return _dequantise(wire, k, v, shape, dt)
+                return _dequantise(wire, k, v, shape, dt, lead)
             return v.reshape(shape).astype(dt)
     raise ValueError(f"{k}: no payload")
 
@@ -153,12 +156,11 @@ def _inflate(p: np.ndarray, want: int, k: str) -> np.ndarray:
 
 
 def _dequantise(wire: Mapping[str, np.ndarray], k: str, codes: np.ndarray,
-                shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+                shape: tuple[int, ...], dt: np.dtype, lead: int) -> np.ndarray:
     r = wire.get(f"{k}::range")
     n = int(np.prod(shape))
-    lead = next((i for i in range(len(shape) + 1)
-                 if r is not None and r.shape == (2, *shape[i:])), None)
-    if r is None or lead is None or r.dtype.kind != "f" or n == 0 or not np.isfinite(r).all():
+    if r is None or r.shape != (2, *shape[lead:]) or r.dtype.kind != "f" or n == 0 \
+            or not np.isfinite(r).all():
         raise ValueError(f"{k}: quantised without a range that fits its shape")
     x = codes.reshape(-1, *shape[lead:]).astype(np.float64) * r[1] + r[0]
     out: np.ndarray = x.reshape(shape).astype(dt)

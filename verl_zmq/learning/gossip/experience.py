@@ -129,8 +129,7 @@ class ExperienceGossip:
     def receive(self, src: str, msg: wire.GossipBatch) -> None:
         """A neighbour's batch: queued, or refused (counted)."""
         try:
-            arrays = batch_codec.decode(dict(msg.arrays), self.own,
-                                        lambda k: self._lead(k) - 1)
+            arrays = batch_codec.decode(dict(msg.arrays), self.own, self._lead)
             why = self._problem(arrays)
         except ValueError as e:
             arrays, why = {}, str(e)

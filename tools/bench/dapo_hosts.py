@@ -125,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--arms", nargs="+", choices=["dapo", "ppo"], default=["dapo", "ppo"])
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="overrides for the DAPO arm (e.g. gossip.compression=\"terngrad\")")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep every run's folder (events, logs) under this folder")
     args = ap.parse_args(argv)
     if why := unavailable():
         raise SystemExit(f"namespace hosts are not available: {why}")
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
           "periods throttled, per host |")
     print("|---|---|---|---|---|---|")
     rows: dict[str, list[dict]] = {a: [] for a in args.arms}
-    with tempfile.TemporaryDirectory() as t:
+    with contextlib.ExitStack() as stack:
+        t = str(args.keep) if args.keep else stack.enter_context(tempfile.TemporaryDirectory())
         for seed in args.seeds:
             for arm in args.arms:
                 r = run_one(arm, seed, args.quota, args.ppo_samplers, Path(t), args.set)

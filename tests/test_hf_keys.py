@@ -315,8 +315,8 @@ def test_sft_responses_stay_with_their_prompts_when_long_prompts_are_filtered(tm
     job = load_job(JOB, [f"environment.kwargs.train_files={tmp_path / 't.jsonl'}",
                          "environment.kwargs.val_files=", "environment.kwargs.max_prompt_length=14",
                          "environment.kwargs.filter_overlong_prompts=true"])
-    _, _, texts, records = _pairs(make_algorithm(job, env_spec(job.environment)),
-                                  "extra_info.answer")
+    _, _, _, texts, records = _pairs(make_algorithm(job, env_spec(job.environment)),
+                                     "extra_info.answer")
     assert 0 < len(records) < 12  # some prompts left out
     assert texts == [rows[r.row]["extra_info"]["answer"] for r in records]
 

@@ -17,28 +17,6 @@ from verl_zmq.seq.tools import (
 )
 
 
-class Counter:
-    """A tool of one's own: counts its calls within one trajectory."""
-
-    name = "count"
-
-    def describe(self):
-        return {"type": "function", "function": {"name": self.name, "parameters": {}}}
-
-    def start(self):
-        return {"n": 0}
-
-    def call(self, arguments, state):
-        state["n"] += 1
-        if arguments.get("fail"):
-            raise RuntimeError("asked to fail")
-        return str(state["n"])
-
-
-class NotATool:
-    name = "x"
-
-
 def test_calls_are_parsed_from_what_the_model_wrote():
     text = ('I will compute. <tool_call>{"name": "calc", "arguments": '
             '{"expression": "3847 * 2918"}}</tool_call>')
@@ -53,7 +31,7 @@ def test_calls_are_parsed_from_what_the_model_wrote():
 
 
 def test_every_answer_is_text_for_the_model_and_state_is_per_trajectory():
-    tools = load_tools(["calc", "tests.test_tools:Counter"])
+    tools = load_tools(["calc", "tests.tool_examples:Counter"])
     mine: dict = {}
     wrap = (RESPONSE_OPEN, RESPONSE_CLOSE)
     assert answer(Call("calc", {"expression": "6*7"}), tools, mine) == "42".join(wrap)
@@ -65,8 +43,10 @@ def test_every_answer_is_text_for_the_model_and_state_is_per_trajectory():
     assert "not JSON" in answer(Call(error="the call is not JSON (x)"), tools, mine)
     assert answer(Call("calc", {"expression": "1/0"}), tools, mine).startswith(
         RESPONSE_OPEN + "error")
-    with pytest.raises(ValueError, match="is not a tool"):
-        load_tools(["tests.test_tools:NotATool"])
+    with pytest.raises(ValueError, match="does not describe itself in the sandbox"):
+        load_tools(["tests.tool_examples:NotATool"])
+    with pytest.raises(ValueError, match="expected"):
+        load_tools(["tests.test_tools"])
 
 
 @pytest.mark.parametrize("expr,value", [("3847 * 2918", 11225546), ("(2 + 3) * -4", -20),
@@ -84,3 +64,25 @@ def test_the_calculator_never_runs_code_and_bounds_its_numbers(expr):
     with pytest.raises(ValueError):
         arithmetic(expr)
     assert Calculator().call({"expression": expr}, None).startswith("error")
+
+
+def test_a_tool_of_ones_own_runs_sandboxed_and_every_escape_is_an_error_the_model_reads():
+    import os
+    import sys
+
+    from verl_zmq.sandbox import Limits, confined
+    from verl_zmq.seq.tool_sandbox import SandboxedTool
+
+    tools = load_tools(["tests.tool_examples:Hostile"],
+                       limits=Limits(wall_s=4, cpu_s=2, memory_mb=256, processes=8))
+    assert isinstance(tools["hostile"], SandboxedTool)  # never imported here
+    assert "tests.tool_examples" not in sys.modules
+    said = {k: answer(Call("hostile", {"do": k}), tools, {})
+            for k in ("fine", "loop", "memory", "fork", "write", "socket")}
+    assert said["fine"] == "fine".join((RESPONSE_OPEN, RESPONSE_CLOSE))
+    for k in ("loop", "memory", "fork"):
+        assert said[k].startswith(RESPONSE_OPEN + "error"), (k, said[k])
+    if confined():  # as root: no network, and nothing written outside its folder
+        assert said["write"].startswith(RESPONSE_OPEN + "error"), said["write"]
+        assert said["socket"].startswith(RESPONSE_OPEN + "error"), said["socket"]
+        assert not os.path.exists("/tmp/verl-tool-escaped")

@@ -41,6 +41,7 @@ STEPWISE = ("action", "terminated", "truncated", "valid")  # [T, E, ...] beside 
 STATE, FIRST = "rnn_state", "first"  # recurrent policies
 PROMPT = "prompt"  # prompt jobs: [E, max_prompt_length] token ids, left-padded
 AGENT = "agent"  # multi-agent policies: [T, E] the acting agent's index, -1: none
+OBSERVED = "observed"  # multi-turn responses: [T, E] True where a tool wrote the token
 DType = type | np.dtype[Any] | str
 
 
@@ -87,7 +88,8 @@ class Layout:
     def stepwise(self) -> tuple[str, ...]:
         """Every [T, E, ...] column an update reads."""
         return (*self.obs_columns, *BASE, *self.extras,
-                *((FIRST,) if self.state_size else ()))
+                *((FIRST,) if self.state_size else ()),
+                *((OBSERVED,) if self.spec.observed else ()))
 
     @property
     def twinned(self) -> tuple[str, ...]:
@@ -125,6 +127,7 @@ class Layout:
                 ("valid", flag, (T, E)), ("reward", f32, (T, E)),
                 *[(k, f32, (T, E)) for k in self.extras],
                 *([(FIRST, flag, (T, E))] if rec else []),
+                *([(OBSERVED, flag, (T, E))] if s.observed else []),
                 *[(bootstrap(k), dt, (E, *shape)) for k, dt, shape in obs],
                 *[(bootstrap(k), f32, (E,)) for k in self.extras],
                 *([(bootstrap(FIRST), flag, (E,)), (STATE, f32, (E, self.state_size))]

@@ -28,6 +28,9 @@ class EnvSpec:
     # responses a family generates from prompts (no env): the tokens of each one's
     # left-padded prompt, a column of the fragment (`batch.Layout`); 0 for envs
     prompt_len: int = 0
+    # multi-turn responses with tools: a [T, E] column marks the tokens a tool wrote
+    # (attended to, never learned from; `seq/agent_loop.py`)
+    observed: bool = False
     # a leaf (its column) of legal actions, 1 where legal, as wide as the logits:
     # the policy's logits are masked with it wherever it acts or is scored
     mask: str = ""

@@ -22,7 +22,7 @@ class PromptFiles:
         s = prompt_settings(cfg.kwargs)  # ValueError names the setting
         # token ids: the learner checks them against its vocabulary
         return EnvSpec(obs_shape=(0,), discrete=True, n_actions=2**31 - 1, action_shape=(),
-                       prompt_len=s.max_prompt_length)
+                       prompt_len=s.max_prompt_length, observed=bool(s.tool_paths))
 
     def fit_problem(self, job: Any) -> str:
         S, pol = job.sampling, job.algorithm.policy

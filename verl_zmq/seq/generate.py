@@ -8,6 +8,10 @@ scored with the job's `compute_score` on the decoded text. A scorer that raises,
 returns no number or does not return within `reward_timeout_s` is counted
 (`reward_errors`) and scores 0 (`on_error = "zero"`) or leaves its response out
 (`"drop"`: truncated, GRPO skips it).
+
+With `tools` a response is a multi-turn trajectory (`seq/agent_loop.py`): the
+model's turns and the tools' answers, the answers' tokens marked in the
+`observed` column.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..batch import PROMPT
+from ..batch import OBSERVED, PROMPT
 from ..log import get_logger
 from ..sampling.collector import swap_params
+from .agent_loop import agent_generate, turn_limits
 from .hf import generate, pad_left
 from .prompts import PromptDeck, encode_prompts
 from .scoring import load_compute_score, score_response
+from .tools import load_tools
 
 __all__ = ["GenerateCollector"]
 
@@ -121,6 +127,9 @@ class GenerateCollector:
         self.seeds: list[int] = []  # no envs
         self.gen_s = 0.0
         self.tokens = 0
+        self.tools = load_tools(s.tool_paths) if s.tool_paths else {}
+        self.limits = turn_limits(s)
+        self.calls = self.well_formed = 0
 
     def swap(self) -> None:
         """Load params that arrived, if they are new (or the first)."""
@@ -138,7 +147,15 @@ class GenerateCollector:
         # generated at the longest prompt's width, shipped at the job's
         prompt, pmask = pad_left([self.ids[i] for i in which], a.pad)
         t0 = time.monotonic()
-        g = generate(a.model, prompt, pmask, a.sampling(), a.eos, a.pad)
+        observed = None
+        if self.tools:
+            g = agent_generate(a.model, a.tok, prompt, pmask, a.sampling(), a.eos, a.pad,
+                               self.tools, self.limits)
+            observed = g.observed.numpy().T.astype(bool)
+            self.calls += sum(g.calls)
+            self.well_formed += sum(g.well_formed)
+        else:
+            g = generate(a.model, prompt, pmask, a.sampling(), a.eos, a.pad)
         self.gen_s += time.monotonic() - t0
         texts = a.decode(g.response, g.mask)
         lengths = g.mask.sum(1).numpy()
@@ -174,6 +191,8 @@ class GenerateCollector:
             "ep_return": scores.astype(np.float64)[~dropped],
             "ep_length": lengths.astype(np.int64)[~dropped],
         }
+        if observed is not None:
+            arrays[OBSERVED] = observed
         return arrays, self.version
 
     def metrics(self) -> dict[str, float]:
@@ -181,6 +200,9 @@ class GenerateCollector:
                "sampler/reward_errors": float(self.venv.reward_errors)}
         if self.gen_s > 0:
             out["sampler/tokens_per_s"] = round(self.tokens / self.gen_s, 1)
+        if self.tools:
+            out["sampler/tool_calls"] = float(self.calls)
+            out["sampler/tool_calls_well_formed"] = float(self.well_formed)
         if self.algo.device.type == "cuda":
             out["sampler/gpu_mem_peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
         return out

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Sampling", "build_model", "char_tokenizer", "generate", "load_tokenizer",
+__all__ = ["Sampling", "build_model", "char_tokenizer", "draw", "generate", "load_tokenizer",
            "pad_left", "response_logprobs", "response_logprobs_entropy"]
 
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>"
@@ -226,18 +226,19 @@ class Generated:
         return self.mask.sum(1)
 
 
-def generate(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor, s: Sampling,
-             eos: int, pad: int) -> Generated:
-    """`s.n` responses to each left-padded prompt (rows of the same prompt together),
-    with the model's KV cache, stopping at `eos` or `s.max_new_tokens`; the
-    log-probabilities come from the logits each step computed. Generated on the
-    model's device (a sampler's GPU); returned on the CPU, where it is shipped."""
-    from transformers import GenerationConfig
+def draw(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor, s: Sampling,
+         eos: int, pad: int, max_new: int, stop: Any = None
+         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens `generate` draws after each left-padded prompt row (`s.n` of them a
+    prompt, rows of a prompt together) and each one's log-probability, on the CPU
+    as drawn: up to `max_new` a row, a finished row padded (the end token, or
+    `stop`, a stopping criterion, said it was done)."""
+    from transformers import GenerationConfig, StoppingCriteriaList
 
     dev = _device(model)
     prompt, prompt_mask = prompt.to(dev), prompt_mask.to(dev)
     n = 1 if s.greedy else s.n
-    gc = GenerationConfig(do_sample=not s.greedy, max_new_tokens=s.max_new_tokens,
+    gc = GenerationConfig(do_sample=not s.greedy, max_new_tokens=max_new,
                           pad_token_id=pad, eos_token_id=eos,
                           temperature=s.temperature if not s.greedy else None,
                           top_p=s.top_p if not s.greedy else None,
@@ -246,14 +247,26 @@ def generate(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor, s: Sam
     with torch.no_grad():
         out = model.generate(input_ids=prompt.repeat_interleave(n, 0),
                              attention_mask=prompt_mask.repeat_interleave(n, 0),
-                             generation_config=gc)
+                             generation_config=gc,
+                             stopping_criteria=StoppingCriteriaList([stop] if stop else []))
     resp = out.sequences[:, prompt.shape[1]:]
+    logits = torch.stack(out.logits, 1).float() / (1.0 if s.greedy else s.temperature)
+    logp = torch.log_softmax(logits, -1).gather(-1, resp.unsqueeze(-1)).squeeze(-1)
+    return resp.cpu(), logp.cpu()
+
+
+def generate(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor, s: Sampling,
+             eos: int, pad: int) -> Generated:
+    """`s.n` responses to each left-padded prompt (rows of the same prompt together),
+    with the model's KV cache, stopping at `eos` or `s.max_new_tokens`; the
+    log-probabilities come from the logits each step computed. Generated on the
+    model's device (a sampler's GPU); returned on the CPU, where it is shipped."""
+    resp, logp = draw(model, prompt, prompt_mask, s, eos, pad, s.max_new_tokens)
     is_eos = resp == eos
     before = is_eos.long().cumsum(1) - is_eos.long()  # end tokens strictly before
     mask = (before == 0).long()  # up to and including the first end token
     resp = torch.where(mask.bool(), resp, torch.full_like(resp, pad))
-    logits = torch.stack(out.logits, 1).float() / (1.0 if s.greedy else s.temperature)
-    logp = torch.log_softmax(logits, -1).gather(-1, resp.unsqueeze(-1)).squeeze(-1) * mask
+    logp = logp * mask
     R = s.max_new_tokens
     if resp.shape[1] < R:  # every response ended early
         extra = R - resp.shape[1]
@@ -261,7 +274,7 @@ def generate(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor, s: Sam
         mask = torch.nn.functional.pad(mask, (0, extra))
         logp = torch.nn.functional.pad(logp, (0, extra))
     ended = (is_eos & mask.bool()[:, :is_eos.shape[1]]).any(1)
-    return Generated(resp.cpu(), mask.cpu(), ended.cpu(), logp.cpu())
+    return Generated(resp, mask, ended, logp)
 
 
 def _device(model: Any) -> torch.device:

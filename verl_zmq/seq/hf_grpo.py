@@ -50,7 +50,7 @@ from ..algos.core import (
 from ..algos.grouped import response_stats, responses  # noqa: F401  (registers estimators)
 from ..algos.grpo import keep_groups
 from ..algos.update import clip_stats, kl_loss, kl_to_reference
-from ..batch import PROMPT, episodes
+from ..batch import OBSERVED, PROMPT, episodes
 from ..config import GRPOParams
 from ..wire import allow_params_of
 from .hf import (
@@ -248,6 +248,9 @@ class HFGRPO(Algorithm[GRPOParams]):
             term = term & ~bad.any(0)[None]
             act = np.where(bad, 0, act)
         ordinal, how = episodes(term, trunc, valid)
+        # a multi-turn response's tool answers: attended to (rmask), never learned
+        # from or counted in a KL (`model`)
+        model = valid & ~np.asarray(batch[OBSERVED], bool) if OBSERVED in batch else valid
         prompt, pmask = prompt_tensors(batch[PROMPT], self.pad)
         resp = torch.as_tensor(np.where(valid, act, self.pad).T.copy())
         rmask = torch.as_tensor(valid.T.astype(np.int64))
@@ -258,7 +261,7 @@ class HFGRPO(Algorithm[GRPOParams]):
                 net = self.ref if self.ref is not None else self.model
                 ref = response_logprobs(net, prompt, pmask, resp, rmask,
                                         self.settings.temperature).float().cpu().numpy().T
-            b, stats["charts/kl_ref"] = kl_to_reference(b, ref, valid, self.kl_ctl, p.kl_in)
+            b, stats["charts/kl_ref"] = kl_to_reference(b, ref, model, self.kl_ctl, p.kl_in)
         est = self.advantage_fn(AdvantageInput(b, p, _no_values, ordinal, how,
                                                self.group_size, self.max_response))
         counted = how[:, 0] == 1  # one response per column: its first episode
@@ -266,7 +269,7 @@ class HFGRPO(Algorithm[GRPOParams]):
                       old=self.to_device(np.asarray(batch["logp"], np.float32).T.copy()),
                       adv=self.to_device(np.asarray(est.adv, np.float32).T.copy()),
                       ref=self.to_device(ref.T.copy()) if ref is not None else None,
-                      learn=(valid & counted[None]).T, counted=counted,
+                      learn=(model & counted[None]).T, counted=counted,
                       stats={**stats, **est.stats})
 
     def _micro(self, r: _Batch, idx: np.ndarray) -> list[np.ndarray]:

@@ -2,10 +2,11 @@
 prompt (chat template, generation prompt) followed by its response (the ground
 truth, or the column `response_key` names, as verl's SFT reads
 `extra_info.answer`) and the end token, trained by cross-entropy on the response
-tokens only, with verl's SFT optimiser (a warmup, then a cosine decay; the
-gradient norm clipped); validated by greedy exact match on the val file; written as a
-Hugging Face folder that a GRPO job's `algorithm.policy.path` names (its initial
-and reference policy)."""
+tokens only (a multi-turn demonstration's tool answers left out), with verl's
+SFT optimiser (a warmup, then a cosine decay; the gradient norm clipped);
+validated by greedy exact match on the val file; written as a Hugging Face
+folder that a GRPO job's `algorithm.policy.path` names (its initial and
+reference policy)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from ..algos.base import clip_grad_norm, step_if_finite
+from .agent_loop import segments
 from .hf import pad_left, response_logprobs
 
 __all__ = ["run_hf_sft"]
@@ -52,9 +54,10 @@ def response_texts(path: str | list[str], key: str) -> list[str]:
 
 
 def _pairs(algo: Any, response_key: str
-           ) -> tuple[list[list[int]], list[list[int]], list[str], list[Any]]:
-    """The prompts, the responses' ids and texts, and the records, row for row (the
-    records `filter_overlong_prompts` kept, each with its own row's response)."""
+           ) -> tuple[list[list[int]], list[list[int]], list[list[int]], list[str], list[Any]]:
+    """The prompts, the responses' ids, which of those are learned (1; 0 where a
+    tool wrote them), their texts, and the records, row for row (the records
+    `filter_overlong_prompts` kept, each with its own row's response)."""
     from .data import files_of
     from .prompts import encode_prompts
 
@@ -63,9 +66,28 @@ def _pairs(algo: Any, response_key: str
     by_row = {(str(Path(f)), i): t for f in files_of(s.train_files)
               for i, t in enumerate(response_texts(f, response_key))}
     texts = [by_row[r.file, r.row] for r in enc.records]
-    answers = [algo.tok(t, add_special_tokens=False).input_ids[
-        :s.max_response_length - 1] + [algo.eos] for t in texts]
-    return enc.ids, answers, texts, enc.records
+    answers, learned = [], []
+    for t in texts:
+        ids, keep = _tokens(algo.tok, t, bool(s.tool_paths))
+        answers.append(ids[:s.max_response_length - 1] + [algo.eos])
+        learned.append(keep[:s.max_response_length - 1] + [1])
+    return enc.ids, answers, learned, texts, enc.records
+
+
+def _tokens(tok: Any, text: str, tools: bool) -> tuple[list[int], list[int]]:
+    """A response's token ids and which are learned: with tools, the tools' answers
+    (`<tool_response>...</tool_response>`) are tokenized apart, as a multi-turn
+    rollout appends them, and never learned."""
+    if not tools:
+        ids = tok(text, add_special_tokens=False).input_ids
+        return ids, [1] * len(ids)
+    out: list[int] = []
+    keep: list[int] = []
+    for piece, by_tool in segments(text):
+        ids = tok(piece, add_special_tokens=False).input_ids
+        out += ids
+        keep += [0 if by_tool else 1] * len(ids)
+    return out, keep
 
 
 def scorable(algo: Any, records: list[Any], texts: list[str], sample: int = 200) -> float:
@@ -123,7 +145,7 @@ def run_hf_sft(job: Any, steps: int, out: str, batch_prompts: int = 64, lr: floa
 
     torch.manual_seed(job.experiment.seed)
     algo = make_algorithm(job, env_spec(job.environment))
-    prompts, answers, texts, records = _pairs(algo, response_key)
+    prompts, answers, learned, texts, records = _pairs(algo, response_key)
     ceiling = scorable(algo, records, texts)
     if warn is not None and ceiling < 0.5:
         reward = algo.settings.reward or "the built-in scorer by data source"
@@ -145,8 +167,9 @@ def run_hf_sft(job: Any, steps: int, out: str, batch_prompts: int = 64, lr: floa
         idx = rng.integers(0, len(prompts), batch_prompts)
         p, pm = pad_left([prompts[i] for i in idx], algo.pad)
         resp, rm = _responses([answers[i] for i in idx], algo.pad)
+        lm, _ = _responses([learned[i] for i in idx], 0)
         logp = response_logprobs(model, p, pm, resp, rm)
-        loss = -(logp.sum() / rm.sum())
+        loss = -((logp * lm).sum() / lm.sum().clamp(min=1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         step_if_finite(opt, clip_grad_norm(trained, clip))

@@ -1,6 +1,7 @@
 """Validation of a Hugging Face policy on a prompt job's val file, as verl's
 `val-core` metrics: each prompt's score (the mean over `val_n` responses, greedy
-when 1), and the per-data-source means and best/worst of n (`mean_at_n`)."""
+when 1), and the per-data-source means and best/worst of n (`mean_at_n`). With
+tools, each response is a multi-turn rollout as the samplers draw it."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from .agent_loop import agent_generate, turn_limits
 from .hf import Sampling, generate, pad_left
 from .prompts import PromptSettings, encode_prompts
 from .scoring import load_compute_score, mean_at_n, score_response
+from .tools import load_tools
 
 Decode = Callable[[torch.Tensor, torch.Tensor], list[str]]
 
@@ -21,7 +24,8 @@ class Validation:
     and their scoring under the job's reward."""
 
     def __init__(self, settings: PromptSettings, tok: object):
-        self.settings = settings
+        self.settings, self.tok = settings, tok
+        self.tools = load_tools(settings.tool_paths) if settings.tool_paths else {}
         enc = encode_prompts(settings.val_files or settings.train_files, tok, settings)
         self.records, self.ids = enc.records, enc.ids
 
@@ -42,7 +46,11 @@ class Validation:
         per_prompt = np.zeros(len(records))
         for lo in range(0, len(records), 64):
             prompt, mask = pad_left(ids[lo:lo + 64], pad)
-            g = generate(model, prompt, mask, sampling, eos, pad)
+            if self.tools:  # the same multi-turn rollout as the samplers'
+                g = agent_generate(model, self.tok, prompt, mask, sampling, eos, pad,
+                                   self.tools, turn_limits(s))
+            else:
+                g = generate(model, prompt, mask, sampling, eos, pad)
             for j, text in enumerate(decode(g.response, g.mask)):
                 at = lo + j // k
                 r = records[at]

@@ -75,6 +75,17 @@ class PromptSettings:
     # job's budget, training.total_timesteps made epochs x prompts x group_size x
     # max_response_length (token slots); 0: training.total_timesteps as written
     total_epochs: int = 0
+    # multi-turn rollouts (seq/agent_loop.py): the tools a response may call, by
+    # import path ("calc": the built-in calculator); none: one turn, no tools
+    tools: str | list[str] = ""
+    max_assistant_turns: int = 2  # verl's multi_turn.max_assistant_turns
+    max_turn_tokens: int = 0  # model tokens a turn (0: what is left of the response)
+    max_tool_response_length: int = 64  # tokens of one tool answer (verl's name)
+
+    @property
+    def tool_paths(self) -> list[str]:
+        return [self.tools] if isinstance(self.tools, str) and self.tools else \
+            list(self.tools or [])
 
 
 def prompt_settings(kwargs: Mapping[str, Any], where: str = "environment.kwargs"
@@ -89,8 +100,8 @@ def prompt_settings(kwargs: Mapping[str, Any], where: str = "environment.kwargs"
         want = type(known[k].default)
         if want is float and isinstance(v, int) and not isinstance(v, bool):
             v = float(v)
-        if k in ("train_files", "val_files") and isinstance(v, list | tuple):
-            if not all(isinstance(x, str) and x for x in v) or not v:
+        if k in ("train_files", "val_files", "tools") and isinstance(v, list | tuple):
+            if not all(isinstance(x, str) and x for x in v) or not (v or k == "tools"):
                 raise ValueError(f"{where}.{k}: expected a path or a list of paths, got {v!r}")
             out[k] = list(v)
             continue
@@ -111,9 +122,16 @@ def _check_values(s: PromptSettings, where: str) -> None:
         raise ValueError(f"{where}.truncation: {s.truncation!r}: expected error, left or right")
     if s.on_error not in ("zero", "drop"):
         raise ValueError(f"{where}.on_error: {s.on_error!r}: expected zero or drop")
-    for k in ("group_size", "max_prompt_length", "max_response_length", "val_n"):
+    for k in ("group_size", "max_prompt_length", "max_response_length", "val_n",
+              "max_assistant_turns", "max_tool_response_length"):
         if getattr(s, k) < 1:
             raise ValueError(f"{where}.{k}: must be at least 1")
+    if s.tool_paths:
+        from .tools import load_tools
+
+        load_tools(s.tool_paths, f"{where}.tools")  # ValueError naming the path
+    if s.max_turn_tokens < 0:
+        raise ValueError(f"{where}.max_turn_tokens: 0 (no cap a turn) or more")
     if s.total_epochs < 0:
         raise ValueError(f"{where}.total_epochs: 0 (the budget is training.total_timesteps) "
                          f"or more")

@@ -57,14 +57,24 @@ def exact_match_score(solution: str, ground_truth: str) -> float:
 
 
 GSM8K_SOURCES = ("openai/gsm8k", "gsm8k")
+CALC_SOURCE = "toy/calc"  # the calculator task: exact match of what follows the last tool answer
+
+
+def final_answer(solution: str) -> str:
+    """What a multi-turn response says after its last tool answer (all of it when no
+    tool answered)."""
+    return solution.rpartition("</tool_response>")[2]
 
 
 def default_compute_score(data_source: str, solution_str: str, ground_truth: Any,
                           extra_info: Mapping[str, Any] | None = None) -> float:
     """The built-in scorer by data source: GSM8K's strict rule for `openai/gsm8k`
-    (and `gsm8k`), exact match otherwise."""
+    (and `gsm8k`), exact match of the final answer for `toy/calc`, exact match
+    otherwise."""
     if data_source in GSM8K_SOURCES:
         return gsm8k_score(solution_str, str(ground_truth))
+    if data_source == CALC_SOURCE:
+        return exact_match_score(final_answer(solution_str), str(ground_truth))
     return exact_match_score(solution_str, str(ground_truth))
 
 

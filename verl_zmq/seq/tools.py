@@ -5,7 +5,9 @@ A tool is named by import path (`pkg.module:Tool`, a class made with no
 arguments) and answers three things: `describe()`, the function schema a chat
 template shows the model (OpenAI's `{"type": "function", "function": {...}}`,
 which Hugging Face templates read); `start()`, the state one trajectory keeps
-between its calls; `call(arguments, state)`, the answer as text. A call the
+between its calls (a JSON-serialisable dict); `call(arguments, state)`, the
+answer as text. A tool of the user's own runs in the sandbox, every call in a
+confined process of its own (`tool_sandbox.py`). A call the
 model writes is Hermes's format, which Qwen's and Llama's templates use and
 verl's tool parser reads:
 
@@ -24,8 +26,6 @@ import operator
 import re
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
-
-from ..importing import load_object
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 RESPONSE_OPEN, RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
@@ -94,14 +94,19 @@ def answer(call: Call, tools: dict[str, Tool], states: dict[str, Any]) -> str:
     return f"{RESPONSE_OPEN}{text}{RESPONSE_CLOSE}"
 
 
-def load_tools(paths: list[str], key: str = "environment.kwargs.tools") -> dict[str, Tool]:
-    """Tools by import path ("calc" is the built-in calculator), by name."""
+def load_tools(paths: list[str], key: str = "environment.kwargs.tools",
+               limits: Any = None) -> dict[str, Tool]:
+    """Tools by import path, by name: "calc" is the built-in calculator (it walks a
+    syntax tree, never runs code), and any other runs in the sandbox
+    (`tool_sandbox.py`, under `limits`, a `sandbox.Limits`): its module is never
+    imported here."""
+    from .tool_sandbox import sandboxed
+
     out: dict[str, Tool] = {}
     for path in paths:
-        tool = Calculator() if path == "calc" else load_object(path, key)()
-        if not isinstance(tool, Tool):
-            raise ValueError(f"{key}: {path!r} is not a tool: it needs name, describe(), "
-                             f"start() and call(arguments, state)")
+        if path != "calc" and ":" not in path:
+            raise ValueError(f"{key}: {path!r}: expected \"calc\" or pkg.module:Tool")
+        tool: Tool = Calculator() if path == "calc" else sandboxed(path, key, limits)
         out[tool.name] = tool
     return out
 

@@ -1,7 +1,8 @@
 """Toy prompt files in verl's columns, written offline (no data set can be
 downloaded where tests and benchmarks run): reverse a string of digits, or
-add two numbers in GSM8K's answer format (`#### N`), or one-step word problems
-in GSM8K's style with worked solutions. `verl data` writes them."""
+add two numbers in GSM8K's answer format (`#### N`), multiply two numbers with
+the calculator tool, or one-step word problems in GSM8K's style with worked
+solutions. `verl data` writes them."""
 
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ __all__ = ["toy_rows", "write_prompts"]
 def toy_rows(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 4
              ) -> list[dict[str, Any]]:
     """`n` records of a toy task: "reverse" (data source `toy/reverse`, exact match),
-    "add" (`gsm8k`: the answer after `#### `), or "gsm8k" (one-step word problems
-    with verl's GSM8K instruction, data source `openai/gsm8k`); `extra_info.answer`
-    is a response the job's reward scores 1 (the worked solution for the last two)."""
+    "add" (`gsm8k`: the answer after `#### `), "calc" (`toy/calc`: multiply two
+    numbers of `min_len` to `max_len` digits, the final answer after the last tool
+    answer matched exactly), or "gsm8k" (one-step word problems with verl's GSM8K
+    instruction, data source `openai/gsm8k`); `extra_info.answer` is a response the
+    job's reward scores 1 (the worked solution for "add" and "gsm8k", a calculator
+    call and the copied result for "calc")."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
@@ -34,12 +38,20 @@ def toy_rows(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 4
             truth = str(a + b)
             # the worked solution, as GSM8K's answer column ends: what SFT trains on
             answer = f"{a}+{b}={truth}\n#### {truth}"
+        elif task == "calc":
+            # too large to multiply in a tiny model's head: the demonstration calls
+            # the calculator and copies its answer
+            a, b = (int(x) for x in rng.integers(10 ** (min_len - 1), 10 ** max_len, 2))
+            question, source, truth = f"What is {a}*{b}?", "toy/calc", str(a * b)
+            call = json.dumps({"name": "calc", "arguments": {"expression": f"{a}*{b}"}},
+                              separators=(",", ":"))
+            answer = f"<tool_call>{call}</tool_call><tool_response>{truth}</tool_response>{truth}"
         elif task == "gsm8k":
             question, answer, truth = _word_problem(rng, min_len)
             source = "openai/gsm8k"
             question += " " + GSM8K_INSTRUCTION
         else:
-            raise ValueError(f"toy task {task!r}: expected reverse, add or gsm8k")
+            raise ValueError(f"toy task {task!r}: expected reverse, add, calc or gsm8k")
         rows.append({"data_source": source,
                      "prompt": [{"role": "user", "content": question}],
                      "ability": task,

@@ -1,0 +1,166 @@
+"""Multi-turn rollouts with tools on a real (tiny) Hugging Face model: a model
+taught one demonstration calls the calculator, reads its answer and copies it;
+the tool's tokens are marked, carry no behaviour log-probability, and are never
+learned from (no loss, no KL); the learner's log-probabilities of the model's
+tokens, over the whole trajectory in one pass, are the sampler's."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+import torch  # noqa: E402
+
+from tests.conftest import CONFIGS  # noqa: E402
+from verl_zmq.algos.base import Progress  # noqa: E402
+from verl_zmq.batch import OBSERVED, PROMPT  # noqa: E402
+from verl_zmq.config import load_job  # noqa: E402
+from verl_zmq.seq.agent_loop import TurnLimits, agent_generate, segments  # noqa: E402
+from verl_zmq.seq.hf import pad_left, response_logprobs  # noqa: E402
+from verl_zmq.seq.hf_sft import _tokens  # noqa: E402
+from verl_zmq.seq.tools import RESPONSE_CLOSE, RESPONSE_OPEN, load_tools  # noqa: E402
+from verl_zmq.seq.toy_prompts import toy_rows, write_prompts  # noqa: E402
+
+R = 128  # the response's budget: call (77 tokens), answer (39) and the copied result
+
+
+def _algo(tmp_path, kl: float = 0.0):
+    from verl_zmq.algos import make_algorithm
+    from verl_zmq.envs.make import env_spec
+
+    rows = toy_rows("calc", 1, seed=3, min_len=4, max_len=4)
+    path = write_prompts(tmp_path / "one.jsonl", rows)
+    job = load_job(CONFIGS / "calc_hf_grpo.toml", [
+        f"environment.kwargs.train_files={path}", "environment.kwargs.val_files=",
+        f"environment.kwargs.max_response_length={R}", f"sampling.fragment_length={R}",
+        "sampling.num_envs_per_worker=8", "environment.kwargs.group_size=4",
+        f"algorithm.params.batch_size={8 * R}", f"algorithm.params.minibatch_size={8 * R}",
+        f"algorithm.params.kl_coef={kl}", "algorithm.params.learning_rate=1e-3",
+        'algorithm.policy.config={model_type="llama",hidden_size=32,intermediate_size=64,'
+        'num_hidden_layers=1,num_attention_heads=2,num_key_value_heads=1,'
+        'max_position_embeddings=160}'])
+    torch.manual_seed(0)
+    return make_algorithm(job, env_spec(job.environment)), rows[0]
+
+
+def _teach(algo, row, steps: int = 150):
+    """Overfit the model on the one demonstration (tool answers left out)."""
+    prompt = algo.tok(algo.tok.apply_chat_template(row["prompt"], tokenize=False,
+                                                   add_generation_prompt=True),
+                      add_special_tokens=False).input_ids
+    ids, keep = _tokens(algo.tok, row["extra_info"]["answer"], tools=True)
+    ids, keep = ids + [algo.eos], keep + [1]
+    p, pm = pad_left([prompt], algo.pad)
+    resp, rm = torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long)
+    lm = torch.tensor([keep], dtype=torch.float32)
+    opt = torch.optim.Adam(algo.model.parameters(), lr=1e-2)
+    algo.model.train(False)
+    for _ in range(steps):
+        loss = -(response_logprobs(algo.model, p, pm, resp, rm) * lm).sum() / lm.sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return prompt
+
+
+@pytest.fixture(scope="module")
+def taught(tmp_path_factory):
+    algo, row = _algo(tmp_path_factory.mktemp("calc"), kl=0.5)
+    prompt = _teach(algo, row)
+    return algo, row, prompt
+
+
+def test_demonstrations_split_into_model_and_tool_tokens():
+    text = '<tool_call>{"a":1}</tool_call><tool_response>42</tool_response>42'
+    assert segments(text) == [('<tool_call>{"a":1}</tool_call>', False),
+                              ("<tool_response>42</tool_response>", True), ("42", False)]
+    assert segments("just an answer") == [("just an answer", False)]
+    assert segments("<tool_response>open") == [("<tool_response>open", False)]
+
+
+def test_a_taught_model_calls_the_tool_and_copies_its_answer(taught):
+    algo, row, prompt = taught
+    p, pm = pad_left([prompt, prompt], algo.pad)
+    g = agent_generate(algo.model, algo.tok, p, pm, algo.sampling(greedy=True), algo.eos,
+                       algo.pad, load_tools(["calc"]), TurnLimits(2, 0, 48, R))
+    truth = row["reward_model"]["ground_truth"]
+    texts = algo.decode(g.response, g.mask)
+    assert texts[0] == row["extra_info"]["answer"], texts[0]
+    assert g.calls == [1, 1] and g.well_formed == [1, 1] and bool(g.ended.all())
+    # the tool's tokens, and only they, are marked observed and carry no log-probability
+    obs = g.observed[0].bool()
+    assert algo.tok.decode(g.response[0][obs].tolist()) == f"{RESPONSE_OPEN}{truth}{RESPONSE_CLOSE}"
+    assert (g.logp[0][obs] == 0).all() and (g.logp[0][~obs & g.mask[0].bool()] < 0).any()
+    # the learner's one pass over prompt + whole trajectory reads every model token in
+    # the context the sampler drew it in
+    with torch.no_grad():
+        again = response_logprobs(algo.model, p, pm, g.response, g.mask)
+    model = g.mask.bool() & ~g.observed.bool()
+    assert torch.allclose(again[model], g.logp[model], atol=1e-4)
+
+
+def test_the_turn_and_answer_limits_hold(taught):
+    algo, row, prompt = taught
+    p, pm = pad_left([prompt], algo.pad)
+    tools = load_tools(["calc"])
+    s = algo.sampling(greedy=True)
+    one = agent_generate(algo.model, algo.tok, p, pm, s, algo.eos, algo.pad, tools,
+                         TurnLimits(1, 0, 48, R))
+    assert one.calls == [0] and int(one.observed.sum()) == 0  # no turn left to answer
+    short = agent_generate(algo.model, algo.tok, p, pm, s, algo.eos, algo.pad, tools,
+                           TurnLimits(2, 0, 20, R))
+    answered = algo.tok.decode(short.response[0][short.observed[0].bool()].tolist())
+    assert int(short.observed.sum()) == 20 and answered.endswith(RESPONSE_CLOSE)
+    capped = agent_generate(algo.model, algo.tok, p, pm, s, algo.eos, algo.pad, tools,
+                            TurnLimits(2, 10, 48, R))
+    assert int(capped.mask.sum()) == 10 and capped.calls == [0]  # the turn's tokens spent
+    tight = agent_generate(algo.model, algo.tok, p, pm, s, algo.eos, algo.pad, tools,
+                           TurnLimits(4, 0, 48, 40))
+    assert int(tight.mask.sum()) <= 40
+
+
+def _fragment(algo, g, prompt, reward):
+    """A learner's batch [T, E] of the trajectories `g` of one prompt."""
+    E = g.response.shape[0]
+    valid = g.mask.numpy().T.astype(bool)
+    lengths = g.mask.sum(1).numpy()
+    last = np.zeros((R, E), bool)
+    last[lengths - 1, np.arange(E)] = True
+    rows = np.full((E, 32), -1, np.int64)
+    rows[:, 32 - len(prompt):] = prompt
+    return {"obs": np.zeros((R, E, 0), np.float32), "action": g.response.numpy().T.copy(),
+            "terminated": last, "truncated": np.zeros((R, E), bool), "valid": valid,
+            "reward": np.where(last, reward[None], 0).astype(np.float32),
+            "logp": g.logp.numpy().T.astype(np.float32).copy(),
+            "bootstrap_obs": np.zeros((E, 0), np.float32),
+            "bootstrap_logp": np.zeros(E, np.float32), PROMPT: rows,
+            OBSERVED: g.observed.numpy().T.astype(bool)}
+
+
+def test_tool_tokens_never_enter_a_loss_or_a_kl(taught):
+    """Two batches that differ only in the behaviour log-probabilities written at the
+    tool's tokens: the update, its loss, its KL and its parameters are the same."""
+    out = []
+    for garbage in (0.0, -30.0):
+        algo = copy.deepcopy(taught[0])
+        prompt = taught[2]
+        p, pm = pad_left([prompt], algo.pad)
+        torch.manual_seed(1)
+        g = agent_generate(algo.model, algo.tok, p, pm, algo.sampling(), algo.eos, algo.pad,
+                           load_tools(["calc"]), TurnLimits(2, 0, 48, R))
+        assert g.observed.any(), "the taught model called no tool"
+        batch = _fragment(algo, g, prompt, np.arange(g.response.shape[0], dtype=np.float32))
+        batch["logp"] = np.where(batch[OBSERVED], garbage, batch["logp"]).astype(np.float32)
+        torch.manual_seed(2)
+        stats = algo.learn(batch, Progress(fraction=0.1)).metrics
+        out.append((stats, [t.detach().clone() for t in algo.model.parameters()]))
+    (a, pa), (b, pb) = out
+    for k in ("losses/policy_loss", "charts/kl_ref", "losses/kl_ref", "charts/batch_steps"):
+        assert a[k] == pytest.approx(b[k], abs=1e-6), k
+    assert all(torch.equal(x, y) for x, y in zip(pa, pb, strict=True))
+    model_tokens = (batch["valid"] & ~batch[OBSERVED]).sum()
+    assert a["charts/batch_steps"] == model_tokens

@@ -164,3 +164,37 @@ def test_tool_tokens_never_enter_a_loss_or_a_kl(taught):
     assert all(torch.equal(x, y) for x, y in zip(pa, pb, strict=True))
     model_tokens = (batch["valid"] & ~batch[OBSERVED]).sum()
     assert a["charts/batch_steps"] == model_tokens
+
+
+def test_a_job_with_tools_runs_end_to_end(taught, tmp_path):
+    """The taught model through real samplers, the learner and the evaluator with the
+    calculator: calls made and answered in the samplers' rollouts, updates on them,
+    and the evaluator's multi-turn validation scoring the copied result."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tools.harness import events, launch
+
+    algo, row, _ = taught
+    algo.save_pretrained(tmp_path / "model")
+    data = write_prompts(tmp_path / "one.jsonl", [row])
+    run = tmp_path / "run"
+    rc, _ = launch(CONFIGS / "calc_hf_grpo.toml", run, [
+        f"environment.kwargs.train_files={data}", f"environment.kwargs.val_files={data}",
+        f"environment.kwargs.max_response_length={R}", f"sampling.fragment_length={R}",
+        "environment.kwargs.group_size=4", "environment.kwargs.val_prompts=1",
+        "sampling.num_workers=1", "sampling.num_envs_per_worker=8",
+        f"algorithm.policy.path={tmp_path / 'model'}", "algorithm.policy.tokenizer=",
+        f"algorithm.params.batch_size={8 * R}", f"algorithm.params.minibatch_size={8 * R}",
+        f"training.total_timesteps={2 * 8 * R}", f"evaluation.interval_steps={8 * R}",
+        "evaluation.stop_at_return=1.01"], timeout=300)
+    assert rc == 0, (run / "logs" / "launcher.jsonl").read_text()[-3000:]
+    sampled = [e for e in events(run / "logs" / "sampler-0.jsonl") if "sampler/tool_calls" in e]
+    assert sampled[-1]["sampler/tool_calls"] >= 8
+    assert sampled[-1]["sampler/tool_calls_well_formed"] >= 8
+    learned = [e for e in events(run / "logs" / "learner-0.jsonl") if "learner/updates" in e]
+    assert learned[-1]["learner/updates"] >= 2
+    evals = [e for e in events(run / "logs" / "evaluator-0.jsonl")
+             if e.get("event") == "evaluated"]
+    assert evals and evals[-1]["eval/return_mean"] == 1.0, evals[-1:]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,43 +63,13 @@ from .hf import (
     response_logprobs_entropy,
     wire_bytes,
 )
+from .hf_batch import Responses, prompt_tensors
 from .hf_validation import Validation
 from .prompts import prompt_settings
 
-__all__ = ["HFGRPO", "prompt_tensors"]
+__all__ = ["HFGRPO"]
 
 Arrays = Mapping[str, np.ndarray]
-
-
-@dataclass
-class _Batch:
-    """One update's responses [N, ...]: left-padded prompts and their mask, the
-    responses and their mask, behaviour and reference log-probabilities,
-    advantages, which tokens are learned from and which responses counted, and
-    the estimator's metrics."""
-
-    prompt: torch.Tensor
-    pmask: torch.Tensor
-    resp: torch.Tensor
-    rmask: torch.Tensor
-    old: torch.Tensor
-    adv: torch.Tensor
-    ref: torch.Tensor | None
-    learn: np.ndarray
-    counted: np.ndarray
-    stats: dict[str, float]
-
-
-def prompt_tensors(prompt: np.ndarray, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fragment's prompt column (left-padded with -1) as model input: ids, mask;
-    columns no prompt reaches are cut (the fragment's width is the job's
-    `max_prompt_length`: compute on the padding would be a third of an update)."""
-    p = torch.as_tensor(np.asarray(prompt, np.int64))
-    real = p >= 0
-    used = real.any(0).nonzero()
-    first = int(used[0]) if len(used) else p.shape[1] - 1
-    p, real = p[:, first:], real[:, first:]
-    return torch.where(real, p, torch.full_like(p, pad)), real.long()
 
 
 class HFGRPO(Algorithm[GRPOParams]):
@@ -232,7 +201,7 @@ class HFGRPO(Algorithm[GRPOParams]):
         for lo in range(0, len(order), per):
             yield order[lo:lo + per]
 
-    def _prepare(self, batch: Arrays) -> _Batch:
+    def _prepare(self, batch: Arrays) -> Responses:
         """A batch's responses as tensors [N, ...], their advantages (the job's
         estimator), the reference's log-probabilities, and what was counted."""
         p = self.params
@@ -248,8 +217,7 @@ class HFGRPO(Algorithm[GRPOParams]):
             term = term & ~bad.any(0)[None]
             act = np.where(bad, 0, act)
         ordinal, how = episodes(term, trunc, valid)
-        # a multi-turn response's tool answers: attended to (rmask), never learned
-        # from or counted in a KL (`model`)
+        # tool answers (multi-turn) are attended to (rmask), never learned from or in a KL
         model = valid & ~np.asarray(batch[OBSERVED], bool) if OBSERVED in batch else valid
         prompt, pmask = prompt_tensors(batch[PROMPT], self.pad)
         resp = torch.as_tensor(np.where(valid, act, self.pad).T.copy())
@@ -265,14 +233,14 @@ class HFGRPO(Algorithm[GRPOParams]):
         est = self.advantage_fn(AdvantageInput(b, p, _no_values, ordinal, how,
                                                self.group_size, self.max_response))
         counted = how[:, 0] == 1  # one response per column: its first episode
-        return _Batch(prompt, pmask, resp, rmask,
+        return Responses(prompt, pmask, resp, rmask,
                       old=self.to_device(np.asarray(batch["logp"], np.float32).T.copy()),
                       adv=self.to_device(np.asarray(est.adv, np.float32).T.copy()),
                       ref=self.to_device(ref.T.copy()) if ref is not None else None,
                       learn=(model & counted[None]).T, counted=counted,
                       stats={**stats, **est.stats})
 
-    def _micro(self, r: _Batch, idx: np.ndarray) -> list[np.ndarray]:
+    def _micro(self, r: Responses, idx: np.ndarray) -> list[np.ndarray]:
         """A minibatch's responses in the forward passes it is computed in: one, or
         `micro_batch_size` responses each, or at most `max_tokens_per_forward`
         prompt + response tokens each (at least one response)."""
@@ -293,7 +261,7 @@ class HFGRPO(Algorithm[GRPOParams]):
             used += n
         return [np.asarray(o, np.int64) for o in out]
 
-    def _step(self, r: _Batch, idx: np.ndarray, params: list[torch.Tensor]
+    def _step(self, r: Responses, idx: np.ndarray, params: list[torch.Tensor]
               ) -> dict[str, float]:
         """One optimiser step on the responses `idx`, computed in micro-batches whose
         gradients add up to the whole minibatch's: each micro-batch's loss is

@@ -118,6 +118,12 @@ def test_the_turn_and_answer_limits_hold(taught):
     capped = agent_generate(algo.model, algo.tok, p, pm, s, algo.eos, algo.pad, tools,
                             TurnLimits(2, 10, 48, R))
     assert int(capped.mask.sum()) == 10 and capped.calls == [0]  # the turn's tokens spent
+    # a tokenizer whose pad is its end token (Llama's, Qwen's): a row stopped at a
+    # call is padded with end tokens, and the call is still answered
+    same = agent_generate(algo.model, algo.tok, p, pm, s, algo.eos, algo.eos, tools,
+                          TurnLimits(2, 0, 48, R))
+    assert same.calls == [1] and algo.decode(same.response, same.mask) == \
+        [row["extra_info"]["answer"]]
     tight = agent_generate(algo.model, algo.tok, p, pm, s, algo.eos, algo.pad, tools,
                            TurnLimits(4, 0, 48, 40))
     assert int(tight.mask.sum()) <= 40

@@ -16,12 +16,13 @@ evaluation, with tools), the rate of well-formed tool calls in the job's
 rollouts (calls that parsed and named a known tool, over the calls written), and
 exact match without tools after SFT.
 
-    python tools/bench/calc_tools.py --seeds 0 1 2 [--sft-steps 250] [--updates 40]
+    python tools/bench/calc_tools.py --seeds 0 1 2 [--sft-steps 250] [--updates 40] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -36,7 +37,7 @@ from tools.harness import events, launch  # noqa: E402
 JOB = ROOT / "configs" / "calc_hf_grpo.toml"
 SFT_STEPS = 250
 UPDATES = 40
-BATCH = 8192  # the job's batch_size in token slots (64 responses of 128)
+BATCH = 10240  # the job's batch_size in token slots (64 responses of 160)
 
 
 def _sft(work: Path, out: Path, steps: int, sets: list[str], tools: bool) -> float:
@@ -91,9 +92,12 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--sft-steps", type=int, default=SFT_STEPS)
     ap.add_argument("--updates", type=int, default=UPDATES)
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep each seed's files, models and run under this folder")
     a = ap.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = str(a.keep) if a.keep else stack.enter_context(tempfile.TemporaryDirectory())
         for seed in a.seeds:
             rows.append(run_once(seed, Path(tmp) / f"seed{seed}", a.sft_steps, a.updates))
             print(json.dumps(rows[-1]), flush=True)

@@ -85,7 +85,8 @@ class _Row:
 def _closes_call(tok: Any, tokens: list[int]) -> int:
     """The length of the shortest prefix of `tokens` whose text closes a tool call
     (0: none does)."""
-    text = ""
+    if CALL_CLOSE not in tok.decode(tokens, skip_special_tokens=False):
+        return 0
     for k in range(1, len(tokens) + 1):
         text = tok.decode(tokens[:k], skip_special_tokens=False)
         if CALL_CLOSE in text:
@@ -131,10 +132,11 @@ def agent_generate(model: Any, tok: Any, prompt: torch.Tensor, prompt_mask: torc
         last = turn == limits.max_turns - 1
         for r, toks, lps, room in zip(live, new.tolist(), logp.tolist(), budget, strict=True):
             toks, lps = toks[:room], lps[:room]
-            if eos in toks:
+            # whichever comes first: the end token, or a call's close (after which a
+            # finished row is padded, with the end token where it is the pad)
+            cut = _closes_call(tok, toks) or len(toks)
+            if eos in toks[:cut]:
                 cut, r.ended = toks.index(eos) + 1, True
-            else:
-                cut = _closes_call(tok, toks) or len(toks)
             r.tokens += toks[:cut]
             r.logp += lps[:cut]
             r.observed += [0] * cut

@@ -209,7 +209,7 @@ def sft(job_path, overrides, out, steps, batch_prompts, lr, stop_at_accuracy, ev
 
 
 @main.command()
-@click.argument("task", type=click.Choice(["reverse", "add", "calc", "gsm8k"]))
+@click.argument("task", type=click.Choice(["reverse", "add", "calc", "code", "gsm8k"]))
 @click.argument("folder", type=click.Path(file_okay=False))
 @click.option("--train", "n_train", default=2000, show_default=True, help="Train records.")
 @click.option("--val", "n_val", default=100, show_default=True, help="Val records.")
@@ -219,13 +219,15 @@ def sft(job_path, overrides, out, steps, batch_prompts, lr, stop_at_accuracy, ev
 def data(task, folder, n_train, n_val, seed, fmt):
     """Write a toy prompt file pair in verl's columns to FOLDER: reverse 4-6 digits
     (exact match), add two numbers (GSM8K's `#### N`), multiply two numbers of 3-4
-    digits with the calculator tool (exact match of the final answer), or one-step
-    word problems in GSM8K's style; all but the first keep a worked solution (a
-    tool call for calc) in extra_info.answer (verl sft --response-key
+    digits with the calculator tool (exact match of the final answer), write a
+    function f(x) (its test cases run in the sandbox), or one-step word problems in
+    GSM8K's style; all but the first keep a worked solution (a tool call for calc,
+    the function for code) in extra_info.answer (verl sft --response-key
     extra_info.answer)."""
     from .seq.toy_prompts import toy_rows, write_prompts
 
-    lengths = {"reverse": (4, 6), "add": (2, 2), "calc": (3, 4), "gsm8k": (1, 1)}[task]
+    lengths = {"reverse": (4, 6), "add": (2, 2), "calc": (3, 4), "code": (1, 1),
+               "gsm8k": (1, 1)}[task]
     for name, n, s in (("train", n_train, seed), ("val", n_val, seed + 10_000)):
         path = write_prompts(Path(folder) / f"{name}.{fmt}", toy_rows(task, n, s, *lengths))
         click.echo(f"wrote {path} ({n} records)")

@@ -67,10 +67,15 @@ def final_answer(solution: str) -> str:
 
 
 def default_compute_score(data_source: str, solution_str: str, ground_truth: Any,
-                          extra_info: Mapping[str, Any] | None = None) -> float:
+                          extra_info: Mapping[str, Any] | None = None) -> Any:
     """The built-in scorer by data source: GSM8K's strict rule for `openai/gsm8k`
-    (and `gsm8k`), exact match of the final answer for `toy/calc`, exact match
+    (and `gsm8k`), exact match of the final answer for `toy/calc`, the share of
+    test cases passed in the sandbox for `toy/code` (`code_score.py`), exact match
     otherwise."""
+    if data_source == "toy/code":
+        from .code_score import code_score
+
+        return code_score(solution_str, ground_truth)
     if data_source in GSM8K_SOURCES:
         return gsm8k_score(solution_str, str(ground_truth))
     if data_source == CALC_SOURCE:

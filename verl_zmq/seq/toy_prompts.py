@@ -1,7 +1,8 @@
 """Toy prompt files in verl's columns, written offline (no data set can be
 downloaded where tests and benchmarks run): reverse a string of digits, or
 add two numbers in GSM8K's answer format (`#### N`), multiply two numbers with
-the calculator tool, or one-step word problems in GSM8K's style with worked
+the calculator tool, write a function checked by its tests in the sandbox, or
+one-step word problems in GSM8K's style with worked
 solutions. `verl data` writes them."""
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ def toy_rows(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 4
     """`n` records of a toy task: "reverse" (data source `toy/reverse`, exact match),
     "add" (`gsm8k`: the answer after `#### `), "calc" (`toy/calc`: multiply two
     numbers of `min_len` to `max_len` digits, the final answer after the last tool
-    answer matched exactly), or "gsm8k" (one-step word problems with verl's GSM8K
+    answer matched exactly), "code" (`toy/code`: write a function, its test cases,
+    as JSON, the ground truth, run in the sandbox), or "gsm8k" (one-step word
+    problems with verl's GSM8K
     instruction, data source `openai/gsm8k`); `extra_info.answer` is a response the
     job's reward scores 1 (the worked solution for "add" and "gsm8k", a calculator
-    call and the copied result for "calc")."""
+    call and the copied result for "calc", the function for "code")."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
@@ -46,12 +49,20 @@ def toy_rows(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 4
             call = json.dumps({"name": "calc", "arguments": {"expression": f"{a}*{b}"}},
                               separators=(",", ":"))
             answer = f"<tool_call>{call}</tool_call><tool_response>{truth}</tool_response>{truth}"
+        elif task == "code":
+            # a function to write, checked by running its test cases in the sandbox
+            a, b = (int(x) for x in rng.integers(2, 10 ** min_len, 2))
+            op = ("+", "*", "-")[int(rng.integers(3))]
+            question = f"Write a Python function f(x) that returns x{op}{a} plus {b}."
+            source = "toy/code"
+            cases = [[x, eval_op(x, op, a) + b] for x in (0, 1, 7, -3, 12)]
+            truth, answer = json.dumps(cases), f"def f(x):\n    return x{op}{a}+{b}"
         elif task == "gsm8k":
             question, answer, truth = _word_problem(rng, min_len)
             source = "openai/gsm8k"
             question += " " + GSM8K_INSTRUCTION
         else:
-            raise ValueError(f"toy task {task!r}: expected reverse, add, calc or gsm8k")
+            raise ValueError(f"toy task {task!r}: expected reverse, add, calc, code or gsm8k")
         rows.append({"data_source": source,
                      "prompt": [{"role": "user", "content": question}],
                      "ability": task,
@@ -61,6 +72,11 @@ def toy_rows(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 4
                      "extra_info": {"split": "toy", "index": i, "question": question,
                                     "answer": answer}})
     return rows
+
+
+def eval_op(x: int, op: str, a: int) -> int:
+    """x op a for the code task's cases (computed here, never evaluated as code)."""
+    return {"+": x + a, "*": x * a, "-": x - a}[op]
 
 
 # what verl's examples/data_preprocess/gsm8k.py appends to every question

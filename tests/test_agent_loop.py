@@ -204,3 +204,18 @@ def test_a_job_with_tools_runs_end_to_end(taught, tmp_path):
     evals = [e for e in events(run / "logs" / "evaluator-0.jsonl")
              if e.get("event") == "evaluated"]
     assert evals and evals[-1]["eval/return_mean"] == 1.0, evals[-1:]
+
+
+def test_a_template_that_shows_tools_is_given_their_schemas(tmp_path):
+    from verl_zmq.seq.hf import CHAT_TEMPLATE, char_tokenizer
+    from verl_zmq.seq.prompts import prompt_lengths, prompt_settings
+
+    tok = char_tokenizer()
+    tok.chat_template = ("{% if tools %}<|system|>{% for t in tools %}{{ t.function.name }}"
+                         "{% endfor %}<|end|>{% endif %}" + CHAT_TEMPLATE)
+    data = write_prompts(tmp_path / "one.jsonl", toy_rows("calc", 1, seed=0))
+    shown = prompt_lengths(str(data), tok, prompt_settings(
+        {"train_files": str(data), "tools": ["calc"]}))[1][0]
+    plain = prompt_lengths(str(data), tok, prompt_settings({"train_files": str(data)}))[1][0]
+    assert tok.decode(shown).startswith("<|system|>calc<|end|><|user|>What is")
+    assert tok.decode(plain).startswith("<|user|>What is")

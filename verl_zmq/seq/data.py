@@ -127,14 +127,16 @@ def files_of(value: str | Sequence[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def chat_prompt(messages: Sequence[tuple[str, str]], tokenizer: Any = None) -> str:
+def chat_prompt(messages: Sequence[tuple[str, str]], tokenizer: Any = None,
+                tools: Sequence[dict[str, Any]] = ()) -> str:
     """The prompt string of a chat, ending where the assistant's answer begins: the
-    tokenizer's chat template (with the generation prompt) where it has one, else
-    one line per turn, `<|role|>content`, then `<|assistant|>`."""
+    tokenizer's chat template (with the generation prompt, and the `tools`'
+    schemas for a template that shows them) where it has one, else one line per
+    turn, `<|role|>content`, then `<|assistant|>`."""
     if tokenizer is not None and getattr(tokenizer, "chat_template", None):
         text: str = tokenizer.apply_chat_template(
             [{"role": r, "content": c} for r, c in messages], tokenize=False,
-            add_generation_prompt=True)
+            add_generation_prompt=True, tools=list(tools) or None)
         return text
     return "".join(f"<|{r}|>{c}\n" for r, c in messages) + "<|assistant|>"
 

@@ -157,7 +157,12 @@ def prompt_lengths(path: str | list[str], tok: Any, s: PromptSettings | None = N
     tokenizer's chat template, generation prompt added), uncut."""
     keys = (s.prompt_key, s.reward_fn_key) if s is not None else ("prompt", "data_source")
     records = read_prompts(path, *keys)
-    ids = [tok(chat_prompt(r.messages, tok), add_special_tokens=False).input_ids
+    tools = []
+    if s is not None and s.tool_paths:  # a template that shows tools gets their schemas
+        from .tools import load_tools
+
+        tools = [t.describe() for t in load_tools(s.tool_paths).values()]
+    ids = [tok(chat_prompt(r.messages, tok, tools), add_special_tokens=False).input_ids
            for r in records]
     return records, ids
 

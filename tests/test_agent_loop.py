@@ -110,7 +110,7 @@ def test_the_turn_and_answer_limits_hold(taught):
     s = algo.sampling(greedy=True)
     one = agent_generate(algo.model, algo.tok, p, pm, s, algo.eos, algo.pad, tools,
                          TurnLimits(1, 0, 48, R))
-    assert one.calls == [0] and int(one.observed.sum()) == 0  # no turn left to answer
+    assert one.calls == [1] and int(one.observed.sum()) == 0  # no turn left to answer
     short = agent_generate(algo.model, algo.tok, p, pm, s, algo.eos, algo.pad, tools,
                            TurnLimits(2, 0, 20, R))
     answered = algo.tok.decode(short.response[0][short.observed[0].bool()].tolist())

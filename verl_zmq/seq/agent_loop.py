@@ -19,7 +19,6 @@ response reads every model token in the same context the sampler drew it in.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,8 +52,8 @@ def turn_limits(s: Any) -> TurnLimits:
 class Rollout:
     """Trajectories [N, R] (right-padded): tokens, which are real, which a tool
     wrote, each model token's behaviour log-probability (0 at a tool's); per row
-    whether it ended with the end token, its tool calls and how many of them
-    parsed as calls of a known tool."""
+    whether it ended with the end token, the tool calls it wrote (answered or,
+    in its last turn, not) and how many of them parsed as calls of a known tool."""
 
     response: torch.Tensor
     mask: torch.Tensor
@@ -63,10 +62,6 @@ class Rollout:
     ended: torch.Tensor
     calls: list[int]
     well_formed: list[int]
-
-
-# answers the model reads; a tool server's call (`answer` here runs it in process)
-Answer = Callable[[str, dict[str, Any]], str]
 
 
 @dataclass
@@ -110,9 +105,9 @@ class _StopAtCall:
 
 def agent_generate(model: Any, tok: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor,
                    s: Sampling, eos: int, pad: int, tools: dict[str, Tool],
-                   limits: TurnLimits, call: Answer | None = None) -> Rollout:
+                   limits: TurnLimits) -> Rollout:
     """`s.n` multi-turn trajectories for each left-padded prompt (rows of a prompt
-    together), tools answered by `call` (in process by default)."""
+    together), each call answered by its tool (`tools.answer`)."""
     n = 1 if s.greedy else s.n
     rows = []
     for ids, m in zip(prompt.tolist(), prompt_mask.tolist(), strict=True):
@@ -142,14 +137,13 @@ def agent_generate(model: Any, tok: Any, prompt: torch.Tensor, prompt_mask: torc
             r.observed += [0] * cut
             text = tok.decode(toks[:cut], skip_special_tokens=False)
             parsed = None if r.ended else last_call(text)
+            if parsed is not None:  # a call written, answered or not
+                r.calls += 1
+                r.well_formed += int(not parsed.error and parsed.name in tools)
             if parsed is None or last or len(r.tokens) >= limits.total:
                 r.done = True
                 continue
-            r.calls += 1
-            r.well_formed += int(not parsed.error and parsed.name in tools)
-            said = call(text, r.states) if call is not None else \
-                answer(parsed, tools, r.states)
-            obs = tok(said, add_special_tokens=False).input_ids
+            obs = tok(answer(parsed, tools, r.states), add_special_tokens=False).input_ids
             obs = _cut_answer(tok, obs, limits.tool_tokens)[:limits.total - len(r.tokens)]
             r.tokens += obs
             r.logp += [0.0] * len(obs)

@@ -219,3 +219,17 @@ def test_a_template_that_shows_tools_is_given_their_schemas(tmp_path):
     plain = prompt_lengths(str(data), tok, prompt_settings({"train_files": str(data)}))[1][0]
     assert tok.decode(shown).startswith("<|system|>calc<|end|><|user|>What is")
     assert tok.decode(plain).startswith("<|user|>What is")
+
+
+def test_sft_learns_the_model_parts_of_a_demonstration_only():
+    from verl_zmq.seq.hf import char_tokenizer
+
+    tok = char_tokenizer()
+    text = toy_rows("calc", 1, seed=5)[0]["extra_info"]["answer"]
+    ids, keep = _tokens(tok, text, tools=True)
+    assert tok.decode(ids) == text
+    learned = tok.decode([t for t, k in zip(ids, keep, strict=True) if k])
+    skipped = tok.decode([t for t, k in zip(ids, keep, strict=True) if not k])
+    assert skipped.startswith(RESPONSE_OPEN) and skipped.endswith(RESPONSE_CLOSE)
+    assert learned == text.replace(skipped, "")
+    assert _tokens(tok, text, tools=False)[1] == [1] * len(ids)  # no tools: all learned

@@ -93,6 +93,28 @@ def launch(job: Path | str, run_dir: Path, overrides: list[str], hosts: str = "l
     return rc, time.monotonic() - t0
 
 
+def launch_warm_started(job: Path | str, run_dir: Path, overrides: list[str], folder: Path,
+                        updates: int, batch: int, evaluations: int,
+                        extra: tuple[str, ...] = (), timeout: float | None = None
+                        ) -> tuple[int, float, list[dict]]:
+    """A post-training job from the warm-start model in `folder` (with its own
+    tokenizer) for `updates` updates of `batch` token slots, evaluated `evaluations`
+    times along the way and never before (the warm start's own validation is the
+    before; no return stops it early); `extra` overrides last. (exit code, wall
+    seconds, the evaluator's `evaluated` events.)"""
+    budget = updates * batch
+    rc, wall = launch(job, run_dir, [*overrides, f"algorithm.policy.path={folder}",
+                                     "algorithm.policy.tokenizer=",
+                                     f"training.total_timesteps={budget}",
+                                     f"evaluation.interval_steps={budget // evaluations}",
+                                     "evaluation.stop_at_return=1.01",
+                                     "evaluation.before_training=false", *extra],
+                      timeout=timeout)
+    evals = [e for e in events(run_dir / "logs" / "evaluator-0.jsonl")
+             if e.get("event") == "evaluated"]
+    return rc, wall, evals
+
+
 def first_step_time(run_dir: Path) -> float | None:
     """When the first fragment was shipped: the first sampler metrics with env steps > 0,
     less its interval (the first env step happened within that interval)."""

@@ -32,12 +32,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tools.harness import events, launch  # noqa: E402
+from tools.harness import events, launch_warm_started  # noqa: E402
 
 JOB = ROOT / "configs" / "calc_hf_grpo.toml"
 SFT_STEPS = 250
 UPDATES = 40
-BATCH = 10240  # the job's batch_size in token slots (64 responses of 160)
 
 
 def _sft(work: Path, out: Path, steps: int, sets: list[str], tools: bool) -> float:
@@ -56,6 +55,7 @@ def _sft(work: Path, out: Path, steps: int, sets: list[str], tools: bool) -> flo
 
 
 def run_once(seed: int, work: Path, sft_steps: int, updates: int) -> dict:
+    from verl_zmq.config import load_job
     from verl_zmq.seq.toy_prompts import toy_rows, write_prompts
 
     work.mkdir(parents=True, exist_ok=True)
@@ -67,14 +67,9 @@ def run_once(seed: int, work: Path, sft_steps: int, updates: int) -> dict:
     bare = _sft(work, work / "sft-bare", sft_steps, sets, tools=False)
     before = _sft(work, work / "sft", sft_steps, sets, tools=True)
     run = work / "run"
-    rc, wall = launch(JOB, run, [*sets, f"algorithm.policy.path={work / 'sft'}",
-                                 "algorithm.policy.tokenizer=",
-                                 f"training.total_timesteps={updates * BATCH}",
-                                 f"evaluation.interval_steps={updates * BATCH // 2}",
-                                 "evaluation.stop_at_return=1.01",
-                                 "evaluation.before_training=false"], timeout=3600)
-    evals = [e for e in events(run / "logs" / "evaluator-0.jsonl")
-             if e.get("event") == "evaluated"]
+    batch = load_job(JOB).algorithm.params.batch_size
+    rc, wall, evals = launch_warm_started(JOB, run, sets, work / "sft", updates, batch, 2,
+                                          timeout=3600)
     calls = formed = 0.0
     for log in sorted((run / "logs").glob("sampler-*.jsonl")):
         last = [e for e in events(log) if "sampler/tool_calls" in e]

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tools.harness import events, launch  # noqa: E402
+from tools.harness import events, launch_warm_started  # noqa: E402
 
 JOB = ROOT / "configs" / "gsm8k_hf_grpo.toml"
 REWARD = ROOT / "configs" / "gsm8k_reward.py"
@@ -64,15 +64,8 @@ def run_once(seed: int, work: Path, updates: int, sft_steps: int, timeout: float
     before = json.loads(r.stdout.strip().splitlines()[-1])["accuracy"]
     batch = load_job(JOB, list(extra)).algorithm.params.batch_size
     run = work / "run"
-    rc, wall = launch(JOB, run, [*sets, f"algorithm.policy.path={sft_dir}",
-                                 "algorithm.policy.tokenizer=",
-                                 f"training.total_timesteps={updates * batch}",
-                                 f"evaluation.interval_steps={updates * batch // 2}",
-                                 "evaluation.stop_at_return=1.01",
-                                 "evaluation.before_training=false", *extra],
-                      timeout=timeout)
-    evals = [e for e in events(run / "logs" / "evaluator-0.jsonl")
-             if e.get("event") == "evaluated"]
+    rc, wall, evals = launch_warm_started(JOB, run, sets, sft_dir, updates, batch, 2, extra,
+                                          timeout)
     metrics = [e for e in events(run / "logs" / "learner-0.jsonl")
                if e.get("event") == "metrics" and "charts/kl_ref" in e]
     # the sampled responses' mean reward over the first and the last tenth of the updates

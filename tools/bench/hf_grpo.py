@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tools.harness import events, launch  # noqa: E402
+from tools.harness import events, launch_warm_started  # noqa: E402
 
 JOB = ROOT / "configs" / "reverse_hf_grpo.toml"
 SCORER = '''
@@ -81,21 +81,13 @@ def run_once(seed: int, work: Path, updates: int = UPDATES, sft_steps: int = SFT
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = env["PYTHONPATH"]  # the roles import the scorer module
     try:
-        rc, wall = launch(JOB, run, [*sets, f"algorithm.policy.path={sft_dir}",
-                                     "algorithm.policy.tokenizer=",
-                                     f"training.total_timesteps={updates * batch}",
-                                     f"evaluation.interval_steps={updates * batch // 3}",
-                                     "evaluation.stop_at_return=1.01",
-                                     # `before` is the warm start's own validation
-                                     "evaluation.before_training=false", *extra],
-                          timeout=timeout)
+        rc, wall, evals = launch_warm_started(JOB, run, sets, sft_dir, updates, batch, 3,
+                                              extra, timeout)
     finally:
         if old is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = old
-    evals = [e for e in events(run / "logs" / "evaluator-0.jsonl")
-             if e.get("event") == "evaluated"]
     metrics = [e for e in events(run / "logs" / "learner-0.jsonl") if e.get("event") == "metrics"
                and "charts/kl_ref" in e]
     return {"seed": seed, "rc": rc, "wall_s": round(wall, 1), "before": before,

@@ -19,6 +19,7 @@ response reads every model token in the same context the sampler drew it in.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,7 +114,7 @@ def agent_generate(model: Any, tok: Any, prompt: torch.Tensor, prompt_mask: torc
     for ids, m in zip(prompt.tolist(), prompt_mask.tolist(), strict=True):
         real = [t for t, keep in zip(ids, m, strict=True) if keep]
         rows.extend(_Row(real, [], [], [], {}) for _ in range(n))
-    one = Sampling(1, s.temperature, s.top_p, s.top_k, s.max_new_tokens, s.greedy)
+    one = dataclasses.replace(s, n=1)  # rows are already one a response
     for turn in range(limits.max_turns):
         live = [r for r in rows if not r.done]
         if not live:

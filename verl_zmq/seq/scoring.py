@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..importing import load_object
+from .code_score import CODE_SOURCE, code_score
+from .tools import RESPONSE_CLOSE
 
 __all__ = ["Score", "ScoreFn", "default_compute_score", "exact_match_score", "gsm8k_answer",
            "gsm8k_score", "load_compute_score", "mean_at_n", "score_response"]
@@ -63,7 +65,7 @@ CALC_SOURCE = "toy/calc"  # the calculator task: exact match of what follows the
 def final_answer(solution: str) -> str:
     """What a multi-turn response says after its last tool answer (all of it when no
     tool answered)."""
-    return solution.rpartition("</tool_response>")[2]
+    return solution.rpartition(RESPONSE_CLOSE)[2]
 
 
 def default_compute_score(data_source: str, solution_str: str, ground_truth: Any,
@@ -72,9 +74,7 @@ def default_compute_score(data_source: str, solution_str: str, ground_truth: Any
     (and `gsm8k`), exact match of the final answer for `toy/calc`, the share of
     test cases passed in the sandbox for `toy/code` (`code_score.py`), exact match
     otherwise."""
-    if data_source == "toy/code":
-        from .code_score import code_score
-
+    if data_source == CODE_SOURCE:
         return code_score(solution_str, ground_truth)
     if data_source in GSM8K_SOURCES:
         return gsm8k_score(solution_str, str(ground_truth))

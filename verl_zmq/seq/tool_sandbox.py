@@ -84,14 +84,21 @@ class SandboxedTool:
         return str(got.get("text", ""))
 
 
+# what each tool said of itself, by path and limits: a job's settings are read (and
+# its tools checked) several times in one process, and each reading would otherwise
+# start a sandboxed process per tool
+_DESCRIBED: dict[tuple[str, Limits], dict[str, Any]] = {}
+
+
 def sandboxed(path: str, key: str, limits: Limits | None = None) -> SandboxedTool:
-    """The tool at `path`, its name and schema read in the sandbox; ValueError naming
-    `key` when it cannot be read there."""
+    """The tool at `path`, its name and schema read in the sandbox (once a process);
+    ValueError naming `key` when it cannot be read there."""
     L = limits or Limits()
-    got = _ask(path, {"op": "describe"}, L)
+    got = _DESCRIBED.get((path, L)) or _ask(path, {"op": "describe"}, L)
     if "error" in got or not isinstance(got.get("name"), str):
         raise ValueError(f"{key}: {path!r} does not describe itself in the sandbox: "
                          f"{got.get('error', 'no name')} (a tool is a class made with no "
                          f"arguments, with name, describe(), start() and call(arguments, "
                          f"state), importable as pkg.module:Tool)")
+    _DESCRIBED[path, L] = got
     return SandboxedTool(path, got["name"], got.get("describe") or {}, L)

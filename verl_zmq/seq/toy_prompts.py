@@ -13,6 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from .code_score import CODE_SOURCE
+from .scoring import CALC_SOURCE
+
 __all__ = ["toy_rows", "write_prompts"]
 
 
@@ -45,7 +48,7 @@ def toy_rows(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 4
             # too large to multiply in a tiny model's head: the demonstration calls
             # the calculator and copies its answer
             a, b = (int(x) for x in rng.integers(10 ** (min_len - 1), 10 ** max_len, 2))
-            question, source, truth = f"What is {a}*{b}?", "toy/calc", str(a * b)
+            question, source, truth = f"What is {a}*{b}?", CALC_SOURCE, str(a * b)
             call = json.dumps({"name": "calc", "arguments": {"expression": f"{a}*{b}"}},
                               separators=(",", ":"))
             answer = f"<tool_call>{call}</tool_call><tool_response>{truth}</tool_response>{truth}"
@@ -54,7 +57,7 @@ def toy_rows(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 4
             a, b = (int(x) for x in rng.integers(2, 10 ** min_len, 2))
             op = ("+", "*", "-")[int(rng.integers(3))]
             question = f"Write a Python function f(x) that returns x{op}{a} plus {b}."
-            source = "toy/code"
+            source = CODE_SOURCE
             cases = [[x, eval_op(x, op, a) + b] for x in (0, 1, 7, -3, 12)]
             truth, answer = json.dumps(cases), f"def f(x):\n    return x{op}{a}+{b}"
         elif task == "gsm8k":

@@ -16,9 +16,9 @@ pytest.importorskip("transformers")
 import torch  # noqa: E402
 
 from tests.conftest import CONFIGS  # noqa: E402
+from tests.taught import build, teach  # noqa: E402
 from verl_zmq.algos.base import Progress  # noqa: E402
 from verl_zmq.batch import OBSERVED, PROMPT  # noqa: E402
-from verl_zmq.config import load_job  # noqa: E402
 from verl_zmq.seq.agent_loop import TurnLimits, agent_generate, segments  # noqa: E402
 from verl_zmq.seq.hf import pad_left, response_logprobs  # noqa: E402
 from verl_zmq.seq.hf_sft import _tokens  # noqa: E402
@@ -28,49 +28,11 @@ from verl_zmq.seq.toy_prompts import toy_rows, write_prompts  # noqa: E402
 R = 128  # the response's budget: call (77 tokens), answer (39) and the copied result
 
 
-def _algo(tmp_path, kl: float = 0.0):
-    from verl_zmq.algos import make_algorithm
-    from verl_zmq.envs.make import env_spec
-
-    rows = toy_rows("calc", 1, seed=3, min_len=4, max_len=4)
-    path = write_prompts(tmp_path / "one.jsonl", rows)
-    job = load_job(CONFIGS / "calc_hf_grpo.toml", [
-        f"environment.kwargs.train_files={path}", "environment.kwargs.val_files=",
-        f"environment.kwargs.max_response_length={R}", f"sampling.fragment_length={R}",
-        "sampling.num_envs_per_worker=8", "environment.kwargs.group_size=4",
-        f"algorithm.params.batch_size={8 * R}", f"algorithm.params.minibatch_size={8 * R}",
-        f"algorithm.params.kl_coef={kl}", "algorithm.params.learning_rate=1e-3",
-        'algorithm.policy.config={model_type="llama",hidden_size=32,intermediate_size=64,'
-        'num_hidden_layers=1,num_attention_heads=2,num_key_value_heads=1,'
-        'max_position_embeddings=160}'])
-    torch.manual_seed(0)
-    return make_algorithm(job, env_spec(job.environment)), rows[0]
-
-
-def _teach(algo, row, steps: int = 150):
-    """Overfit the model on the one demonstration (tool answers left out)."""
-    prompt = algo.tok(algo.tok.apply_chat_template(row["prompt"], tokenize=False,
-                                                   add_generation_prompt=True),
-                      add_special_tokens=False).input_ids
-    ids, keep = _tokens(algo.tok, row["extra_info"]["answer"], tools=True)
-    ids, keep = ids + [algo.eos], keep + [1]
-    p, pm = pad_left([prompt], algo.pad)
-    resp, rm = torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long)
-    lm = torch.tensor([keep], dtype=torch.float32)
-    opt = torch.optim.Adam(algo.model.parameters(), lr=1e-2)
-    algo.model.train(False)
-    for _ in range(steps):
-        loss = -(response_logprobs(algo.model, p, pm, resp, rm) * lm).sum() / lm.sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return prompt
-
-
 @pytest.fixture(scope="module")
 def taught(tmp_path_factory):
-    algo, row = _algo(tmp_path_factory.mktemp("calc"), kl=0.5)
-    prompt = _teach(algo, row)
+    row = toy_rows("calc", 1, seed=3, min_len=4, max_len=4)[0]
+    algo = build(tmp_path_factory.mktemp("calc"), row, R, kl=0.5)
+    prompt = teach(algo, row)
     return algo, row, prompt
 
 

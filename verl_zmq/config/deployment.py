@@ -52,6 +52,9 @@ class Launch:
     learners: int = 1  # learner processes (see training.num_learners: data parallel)
     evaluators: int = 1  # 0: none (the learner then stops the job itself)
     peers: int = 0  # dapo: learner peers, each with its own group
+    # a job with tools (environment.kwargs.tools): the processes that run their calls,
+    # each in the sandbox; 0: the samplers and the evaluator run them themselves
+    tool_servers: int = 1
     port_range: list[int] = field(default_factory=lambda: [29500, 29999])  # roles bind here
     registry_port: int = 0  # 0: the first port of port_range
     heartbeat_interval_s: float = 1.0  # every member beats to the registry this often
@@ -96,3 +99,4 @@ class Resources:
     replay: RoleResources = field(default_factory=RoleResources)
     evaluator: RoleResources = field(default_factory=RoleResources)
     peer: RoleResources = field(default_factory=RoleResources)
+    toolserver: RoleResources = field(default_factory=RoleResources)

@@ -58,6 +58,7 @@ REPLAY = "replay"
 LEARNER = "learner"
 EVALUATOR = "evaluator"
 PEER = "peer"
+TOOLSERVER = "toolserver"
 
 # start order: the registry; then the light roles (numpy samplers step their envs
 # about a second after they start, from their own version-0 weights); then the
@@ -86,9 +87,14 @@ ROLE_TRAITS: dict[str, RoleTraits] = {
                           start_order=4,
                           endpoints=(), forkable=True, charts="member", acts=True,
                           writes_policy=True),
+    # runs the job's tool calls (multi-turn rollouts), each in the sandbox, for every
+    # sampler and evaluator of the job: no user tool runs where the policy acts
+    TOOLSERVER: RoleTraits(TOOLSERVER, vital=False, trains=False, ends_job=False, needed=True,
+                           start_order=1,
+                           endpoints=("tools",), forkable=True, charts="sum"),
 }
 
-ROLES: tuple[str, ...] = (REGISTRY, SAMPLER, REPLAY, LEARNER, EVALUATOR, PEER)
+ROLES: tuple[str, ...] = (REGISTRY, SAMPLER, REPLAY, LEARNER, EVALUATOR, PEER, TOOLSERVER)
 TRAINER_ROLES: tuple[str, ...] = tuple(r for r in ROLES if ROLE_TRAITS[r].trains)
 FORKABLE_ROLES: tuple[str, ...] = tuple(r for r in ROLES if ROLE_TRAITS[r].forkable)
 

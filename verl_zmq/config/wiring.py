@@ -17,6 +17,7 @@ from .roles import EVALUATOR, LEARNER, PEER, ROLE_TRAITS, ROLES, SAMPLER
 
 MEMBERS = tuple(r for r in ROLES if not ROLE_TRAITS[r].rendezvous)  # all but the registry
 TRAINERS = tuple(r for r in ROLES if ROLE_TRAITS[r].trains)
+ACTORS = tuple(r for r in ROLES if ROLE_TRAITS[r].acts)  # they roll out: they call tools
 
 
 class Announced(Protocol):
@@ -81,12 +82,14 @@ MEMBERSHIP = Edge("membership", MEMBERS, "membership", "SUB", 1000, "registry",
 SPARE_REGISTRY = Edge("spare_registry", TRAINERS, "registry", "DEALER", 4, "registry",
                       "a warm spare asks the snapshot for the endpoint of the member it "
                       "follows")
+TOOL_CALLS = Edge("tool_calls", ACTORS, "tools", "DEALER", 1000, "job",
+                  "tool calls out (round-robin over the job's tool servers); answers back")
 SPARE_PARAMS = Edge("spare_params", TRAINERS, "params", "SUB", 4, "group",
                     "a warm spare follows its member's own params (follow.py)")
 
 EDGES: dict[str, Edge] = {e.name: e for e in (
     FRAGMENTS, SAMPLER_PARAMS, EVALUATOR_PARAMS, REQUESTS, GOSSIP, DIST, TO_REGISTRY, MEMBERSHIP,
-    SPARE_REGISTRY, SPARE_PARAMS)}
+    SPARE_REGISTRY, SPARE_PARAMS, TOOL_CALLS)}
 
 
 def table() -> str:

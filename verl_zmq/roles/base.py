@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from .. import wire
 from ..comm.messaging import WireStats, reconnect, recv, send
@@ -54,6 +54,18 @@ class RoleContext:
 
 
 
+class Helper(Protocol):
+    """What a role runs for its life beside its own work (a tool client): a task (its
+    failure fails the role), what it does when the membership changes, what it
+    adds to the role's metrics."""
+
+    async def run(self) -> None: ...
+
+    def follow(self, members: dict[str, wire.Member]) -> None: ...
+
+    def metrics(self) -> dict[str, float]: ...
+
+
 class Role:
     """A role process's behaviour; `serve` runs it. Subclasses bind in `setup`,
     work in `run`, follow membership in `on_membership`, report in `metrics`."""
@@ -80,6 +92,7 @@ class Role:
         self.registry_client: RegistryClient | None = None
         self.started = time.monotonic()
         self.memory_error: BaseException | None = None  # what an address-space limit caused
+        self.helpers: list[Helper] = []  # run beside the role's own work (a tool client)
 
     @property
     def id(self) -> str:
@@ -100,6 +113,8 @@ class Role:
     def on_membership(self, members: dict[str, wire.Member]) -> None:
         """Membership changed: connect to / disconnect from members of the group."""
         self.members = members
+        for h in self.helpers:
+            h.follow(members)
 
     def metrics(self) -> dict[str, float]:
         return {}

@@ -18,8 +18,11 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Coroutine
 from typing import Any
 
+from ..config.members import tool_servers
+from ..config.wiring import TOOL_CALLS
 from ..fatal import CannotGoOn
 from .base import Role, RoleRefused
 from .membership import RegistryClient
@@ -83,6 +86,8 @@ async def _stacks() -> list[str]:
 
 def _log_metrics(role: Role, **extra: Any) -> None:
     values = role.metrics()
+    for h in role.helpers:
+        values.update(h.metrics())
     values[f"{role.name}/wire_errors"] = role.wire_stats.errors
     role.log.info("metrics", **values, **extra)
     role.reported({**values, **extra})
@@ -112,6 +117,26 @@ async def _stopper(role: Role) -> None:
     raise _Stop()
 
 
+def _tool_client(role: Role) -> None:
+    """A role that calls tools, in a job with tool servers: its calls go there (set
+    before its setup builds what calls them)."""
+    if role.name in TOOL_CALLS.src and tool_servers(role.job):
+        from .tool_client import attach  # zmq and the tools' module: only where used
+
+        attach(role)
+
+
+def _tasks(role: Role) -> list[Coroutine[Any, Any, None]]:
+    """What runs for a role's life: its stopper, its work and what runs beside it,
+    its metrics, its registry client, its watch on the launcher's pipe."""
+    out = [_stopper(role), role.run(), *(h.run() for h in role.helpers), _metrics_loop(role)]
+    if role.registry_client is not None:
+        out.append(role.registry_client.run())
+    if role.ctx.exit_on_stdin_eof:
+        out.append(_watch_stdin(role))
+    return out
+
+
 async def serve(role: Role, install_signals: bool = True) -> int:
     """Run a role until it is stopped; return its exit code."""
     ctx = role.ctx
@@ -124,19 +149,15 @@ async def serve(role: Role, install_signals: bool = True) -> int:
     rc = EXIT_OK
     ctx.transport.start_auth()
     try:
+        _tool_client(role)
         await role.setup()
         role.log.info("role_started", endpoints=role.endpoints, run_dir=str(ctx.run_dir),
                       argv=sys.argv[1:] if install_signals else [])
         if role.uses_registry:
             role.registry_client = RegistryClient(role)
         async with asyncio.TaskGroup() as tg:
-            tg.create_task(_stopper(role))
-            tg.create_task(role.run())
-            tg.create_task(_metrics_loop(role))
-            if role.registry_client is not None:
-                tg.create_task(role.registry_client.run())
-            if ctx.exit_on_stdin_eof:
-                tg.create_task(_watch_stdin(role))
+            for task in _tasks(role):
+                tg.create_task(task)
     except* _Stop:
         pass
     except* RoleRefused as eg:

@@ -20,13 +20,16 @@ response reads every model token in the same context the sampler drew it in.
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .hf import Sampling, draw, pad_left
-from .tools import CALL_CLOSE, RESPONSE_CLOSE, RESPONSE_OPEN, Tool, answer, last_call
+from .tools import CALL_CLOSE, RESPONSE_CLOSE, RESPONSE_OPEN, Call, Tool, answer, last_call
+
+MAX_CALLS_AT_ONCE = 32  # a turn's tool calls answered together (threads that wait)
 
 __all__ = ["Rollout", "TurnLimits", "agent_generate", "segments", "turn_limits"]
 
@@ -126,6 +129,7 @@ def agent_generate(model: Any, tok: Any, prompt: torch.Tensor, prompt_mask: torc
         new, logp = draw(model, ids, mask, one, eos, pad, max(budget),
                          stop=_StopAtCall(tok, ids.shape[1]))
         last = turn == limits.max_turns - 1
+        calls: list[tuple[_Row, Call]] = []
         for r, toks, lps, room in zip(live, new.tolist(), logp.tolist(), budget, strict=True):
             toks, lps = toks[:room], lps[:room]
             # whichever comes first: the end token, or a call's close (after which a
@@ -144,7 +148,12 @@ def agent_generate(model: Any, tok: Any, prompt: torch.Tensor, prompt_mask: torc
             if parsed is None or last or len(r.tokens) >= limits.total:
                 r.done = True
                 continue
-            obs = tok(answer(parsed, tools, r.states), add_special_tokens=False).input_ids
+            calls.append((r, parsed))
+        # the turn's calls at once: each may wait seconds on a sandbox or a tool server
+        with ThreadPoolExecutor(max(1, min(len(calls), MAX_CALLS_AT_ONCE))) as pool:
+            answers = list(pool.map(lambda c: answer(c[1], tools, c[0].states), calls))
+        for (r, _), text in zip(calls, answers, strict=True):
+            obs = tok(text, add_special_tokens=False).input_ids
             obs = _cut_answer(tok, obs, limits.tool_tokens)[:limits.total - len(r.tokens)]
             r.tokens += obs
             r.logp += [0.0] * len(obs)

@@ -127,7 +127,7 @@ class GenerateCollector:
         self.seeds: list[int] = []  # no envs
         self.gen_s = 0.0
         self.tokens = 0
-        self.tools = load_tools(s.tool_paths) if s.tool_paths else {}
+        self.tools = load_tools(s.tool_paths, limits=s.tool_limits) if s.tool_paths else {}
         self.limits = turn_limits(s)
         self.calls = self.well_formed = 0
 

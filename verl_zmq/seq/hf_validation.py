@@ -25,7 +25,8 @@ class Validation:
 
     def __init__(self, settings: PromptSettings, tok: object):
         self.settings, self.tok = settings, tok
-        self.tools = load_tools(settings.tool_paths) if settings.tool_paths else {}
+        self.tools = load_tools(settings.tool_paths, limits=settings.tool_limits) \
+            if settings.tool_paths else {}
         enc = encode_prompts(settings.val_files or settings.train_files, tok, settings)
         self.records, self.ids = enc.records, enc.ids
 

@@ -14,12 +14,14 @@ max_prompt_length]`. Bytes grow linearly with the response length.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
+from ..sandbox import Limits
 from .data import (
     PromptRecord,
     chat_prompt,
@@ -81,11 +83,19 @@ class PromptSettings:
     max_assistant_turns: int = 2  # verl's multi_turn.max_assistant_turns
     max_turn_tokens: int = 0  # model tokens a turn (0: what is left of the response)
     max_tool_response_length: int = 64  # tokens of one tool answer (verl's name)
+    # one sandboxed call's wall-clock limit (its CPU time: as many seconds, rounded up);
+    # a call past it answers "error: timed out"
+    tool_timeout_s: float = 10.0
 
     @property
     def tool_paths(self) -> list[str]:
         return [self.tools] if isinstance(self.tools, str) and self.tools else \
             list(self.tools or [])
+
+    @property
+    def tool_limits(self) -> Limits:
+        """What one sandboxed tool call may use."""
+        return Limits(wall_s=self.tool_timeout_s, cpu_s=max(1, math.ceil(self.tool_timeout_s)))
 
 
 def prompt_settings(kwargs: Mapping[str, Any], where: str = "environment.kwargs"
@@ -126,10 +136,12 @@ def _check_values(s: PromptSettings, where: str) -> None:
               "max_assistant_turns", "max_tool_response_length"):
         if getattr(s, k) < 1:
             raise ValueError(f"{where}.{k}: must be at least 1")
+    if not s.tool_timeout_s > 0:
+        raise ValueError(f"{where}.tool_timeout_s: must be above 0 (seconds)")
     if s.tool_paths:
         from .tools import load_tools
 
-        load_tools(s.tool_paths, f"{where}.tools")  # ValueError naming the path
+        load_tools(s.tool_paths, f"{where}.tools", s.tool_limits)  # ValueError naming the path
     if s.max_turn_tokens < 0:
         raise ValueError(f"{where}.max_turn_tokens: 0 (no cap a turn) or more")
     if s.total_epochs < 0:
@@ -161,7 +173,7 @@ def prompt_lengths(path: str | list[str], tok: Any, s: PromptSettings | None = N
     if s is not None and s.tool_paths:  # a template that shows tools gets their schemas
         from .tools import load_tools
 
-        tools = [t.describe() for t in load_tools(s.tool_paths).values()]
+        tools = [t.describe() for t in load_tools(s.tool_paths, limits=s.tool_limits).values()]
     ids = [tok(chat_prompt(r.messages, tok, tools), add_special_tokens=False).input_ids
            for r in records]
     return records, ids

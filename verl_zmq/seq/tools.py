@@ -24,6 +24,7 @@ import ast
 import json
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -94,12 +95,24 @@ def answer(call: Call, tools: dict[str, Tool], states: dict[str, Any]) -> str:
     return f"{RESPONSE_OPEN}{text}{RESPONSE_CLOSE}"
 
 
+# where this process's tool calls go: a sampler or evaluator of a job with tool
+# servers routes them there (`roles/tool_client.py`); None: each tool answers here
+_route: Callable[[Tool], Tool] | None = None
+
+
+def route_calls(wrap: Callable[[Tool], Tool] | None) -> None:
+    """Have every tool loaded from now on in this process answer through `wrap(tool)`
+    (its name and schema kept): a role's way to the job's tool servers."""
+    global _route
+    _route = wrap
+
+
 def load_tools(paths: list[str], key: str = "environment.kwargs.tools",
                limits: Any = None) -> dict[str, Tool]:
     """Tools by import path, by name: "calc" is the built-in calculator (it walks a
     syntax tree, never runs code), and any other runs in the sandbox
     (`tool_sandbox.py`, under `limits`, a `sandbox.Limits`): its module is never
-    imported here."""
+    imported here. Where calls are routed (`route_calls`), each tool answers there."""
     from .tool_sandbox import sandboxed
 
     out: dict[str, Tool] = {}
@@ -107,7 +120,7 @@ def load_tools(paths: list[str], key: str = "environment.kwargs.tools",
         if path != "calc" and ":" not in path:
             raise ValueError(f"{key}: {path!r}: expected \"calc\" or pkg.module:Tool")
         tool: Tool = Calculator() if path == "calc" else sandboxed(path, key, limits)
-        out[tool.name] = tool
+        out[tool.name] = _route(tool) if _route is not None else tool
     return out
 
 

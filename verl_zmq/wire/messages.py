@@ -106,6 +106,8 @@ class Kind(enum.IntEnum):
     SHUTDOWN = 17
     GOSSIP_GRADS = 19
     GOSSIP_BATCH = 20
+    TOOL_CALL = 21
+    TOOL_ANSWER = 22
 
 
 @dataclass(kw_only=True)
@@ -318,6 +320,33 @@ class GossipBatch(Message):
 
 
 @dataclass(kw_only=True)
+class ToolCall(Message):
+    """Sampler or evaluator -> tool server: one operation of the tool at `tool` (its
+    path in `environment.kwargs.tools`): "start" a trajectory's state, or "call" it
+    with `arguments` and the trajectory's `state` (JSON text, as it travels to the
+    sandbox). `id` pairs the answer with its call."""
+
+    KIND: ClassVar[Kind] = Kind.TOOL_CALL
+    id: int = 0
+    tool: str = ""
+    op: str = "call"
+    arguments: str = "{}"
+    state: str = "null"
+
+
+@dataclass(kw_only=True)
+class ToolAnswer(Message):
+    """Tool server -> its caller: the answer's text and the state after the call (JSON
+    text), or `error` (which the model reads as the tool's answer)."""
+
+    KIND: ClassVar[Kind] = Kind.TOOL_ANSWER
+    id: int = 0
+    text: str = ""
+    state: str = "null"
+    error: str = ""
+
+
+@dataclass(kw_only=True)
 class Shutdown(Message):
     """Member -> registry -> everyone (PUB): stop the job cleanly, for `reason`."""
 
@@ -330,5 +359,5 @@ KINDS: dict[int, type[Message]] = {
     for cls in (Register, RegisterReply, Heartbeat, HeartbeatReply, Deregister,
                 SnapshotRequest, MembershipSnapshot, MembershipDelta, Fragment,
                 SampleRequest, Batch, PriorityUpdate, Params, GossipHello, GossipParams,
-                GossipGrads, GossipBatch, Shutdown)
+                GossipGrads, GossipBatch, ToolCall, ToolAnswer, Shutdown)
 }

@@ -98,6 +98,9 @@ def samples() -> list[wire.Message]:
         wire.GossipGrads(round=3, scalars={"approx_kl": 0.01},
                          arrays={"grad": np.ones(16, np.float32)}),
         wire.GossipBatch(update=3, reward=1.5, arrays=frag),
+        wire.ToolCall(id=7, tool="calc", arguments='{"expression": "2 * 3"}', state="null"),
+        wire.ToolAnswer(id=7, text="6", state="null"),
+        wire.ToolAnswer(id=8, error="timed out after 10 s"),
         wire.Shutdown(reason="target_reached"),
         # a multi-agent policy's fragment: its name, and the agent of every step
         wire.Fragment(version=4, policy="predator",

@@ -208,6 +208,41 @@ def sft(job_path, overrides, out, steps, batch_prompts, lr, stop_at_accuracy, ev
                            "seconds": round(r.seconds, 1)}))
 
 
+@main.command("rm-train")
+@click.argument("data_path", metavar="DATA", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", "--out", "out", required=True, type=click.Path(file_okay=False),
+              help="The reward model's folder (reward = \"model:FOLDER\" serves it).")
+@click.option("--tokenizer", default="chars", show_default=True,
+              help="\"chars\" (built in) or a tokenizer folder: the policy's, for a model "
+                   "that reads its chat template.")
+@click.option("--config", "config", default="",
+              help="The model as JSON (model_type and sizes); a 2-layer Llama of width 64 "
+                   "by default.")
+@click.option("--from", "start", default="", type=click.Path(),
+              help="A reward model folder to train further instead.")
+@click.option("--steps", default=300, show_default=True)
+@click.option("--batch", default=32, show_default=True, help="Pairs or samples per step.")
+@click.option("--lr", default=1e-3, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+def rm_train(data_path, out, tokenizer, config, start, steps, batch, lr, seed):
+    """Train a reward model on DATA: preference pairs ({prompt, chosen, rejected}) or
+    scored samples ({prompt, response, score}), .jsonl or .parquet; write --out."""
+    import json
+
+    from .seq.data import DataError
+    from .seq.rm_train import train_reward_model
+
+    try:
+        conf = json.loads(config) if config else None
+        r = train_reward_model(data_path, out, tokenizer, conf, start, steps, batch, lr, seed)
+    except (DataError, ValueError, OSError) as e:
+        fail(f"verl rm-train: {e}")
+        raise
+    click.echo(json.dumps({"written": str(out), "kind": r.kind, "steps": r.steps,
+                           "loss": round(r.loss, 4),
+                           "accuracy" if r.kind == "pairs" else "correlation": round(r.fit, 4)}))
+
+
 @main.command()
 @click.argument("task", type=click.Choice(["reverse", "add", "calc", "code", "gsm8k"]))
 @click.argument("folder", type=click.Path(file_okay=False))

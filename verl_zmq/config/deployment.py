@@ -55,6 +55,9 @@ class Launch:
     # a job with tools (environment.kwargs.tools): the processes that run their calls,
     # each in the sandbox; 0: the samplers and the evaluator run them themselves
     tool_servers: int = 1
+    # a job with a learned reward model (environment.kwargs.reward = "model:PATH", or
+    # reward_model): the processes that serve it, batching the samplers' requests
+    reward_models: int = 1
     port_range: list[int] = field(default_factory=lambda: [29500, 29999])  # roles bind here
     registry_port: int = 0  # 0: the first port of port_range
     heartbeat_interval_s: float = 1.0  # every member beats to the registry this often
@@ -100,3 +103,4 @@ class Resources:
     evaluator: RoleResources = field(default_factory=RoleResources)
     peer: RoleResources = field(default_factory=RoleResources)
     toolserver: RoleResources = field(default_factory=RoleResources)
+    rewardmodel: RoleResources = field(default_factory=RoleResources)

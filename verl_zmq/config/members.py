@@ -7,7 +7,7 @@ import zlib
 from dataclasses import dataclass
 
 from . import Job
-from .roles import EVALUATOR, LEARNER, PEER, REGISTRY, REPLAY, SAMPLER, TOOLSERVER
+from .roles import EVALUATOR, LEARNER, PEER, REGISTRY, REPLAY, REWARDMODEL, SAMPLER, TOOLSERVER
 
 
 @dataclass
@@ -25,16 +25,27 @@ def tool_servers(job: Job) -> int:
     return job.launch.tool_servers if job.environment.kwargs.get("tools") else 0
 
 
+def reward_models(job: Job) -> int:
+    """How many reward-model servers a job has: `launch.reward_models` where its
+    prompts are scored by a learned model (`environment.kwargs.reward = "model:..."`
+    or `reward_model`), else none."""
+    kw = job.environment.kwargs
+    learned = str(kw.get("reward", "")).startswith("model:") or bool(kw.get("reward_model"))
+    return job.launch.reward_models if learned else 0
+
+
 def default_specs(job: Job) -> list[RoleSpec]:
     """Every role of a job, registry first, then learners (or peers), shards,
-    evaluators, samplers and tool servers (the job's: any group's calls). DAPO:
+    evaluators, samplers, tool servers and reward-model servers (the job's: any
+    group's requests). DAPO:
     one group per peer, each with its own shard and `sampling.num_workers` samplers.
     Several trained policies of a multi-agent job: a group per policy, its learner
     (DAPO: its peer) and shards; samplers and evaluators in the first one's (they
     serve every policy)."""
     L = job.launch
     specs = [RoleSpec(REGISTRY, REGISTRY)]
-    tools = [RoleSpec(TOOLSERVER, f"{TOOLSERVER}-{i}") for i in range(tool_servers(job))]
+    servers = [RoleSpec(TOOLSERVER, f"{TOOLSERVER}-{i}") for i in range(tool_servers(job))]
+    servers += [RoleSpec(REWARDMODEL, f"{REWARDMODEL}-{i}") for i in range(reward_models(job))]
     trained = job.multiagent.trained
     if job.traits.decentralised and len(trained) <= 1:
         n = max(L.peers, 1)
@@ -44,7 +55,7 @@ def default_specs(job: Job) -> list[RoleSpec]:
         per = job.sampling.num_workers
         specs += [RoleSpec(SAMPLER, f"sampler-{p * per + i}", f"peer{p}")
                   for p in range(n) for i in range(per)]
-        return specs + tools
+        return specs + servers
     if len(trained) > 1:  # several trained policies: a learner (or peer) and shards each
         first = job.multiagent.group_of(trained[0])
         # a DAPO peer has one shard, as in the single-agent topology
@@ -56,13 +67,13 @@ def default_specs(job: Job) -> list[RoleSpec]:
         specs += [RoleSpec(EVALUATOR, f"evaluator-{i}", first) for i in range(L.evaluators)]
         specs += [RoleSpec(SAMPLER, f"sampler-{i}", first)
                   for i in range(job.sampling.num_workers)]
-        return specs + tools
+        return specs + servers
     learners = max(L.learners, job.training.num_learners)  # one group of data-parallel ranks
     specs += [RoleSpec(LEARNER, f"learner-{i}") for i in range(learners)]
     specs += [RoleSpec(REPLAY, f"replay-{i}") for i in range(L.replay_shards)]
     specs += [RoleSpec(EVALUATOR, f"evaluator-{i}") for i in range(L.evaluators)]
     specs += [RoleSpec(SAMPLER, f"sampler-{i}") for i in range(job.sampling.num_workers)]
-    return specs + tools
+    return specs + servers
 
 
 def index_of(member_id: str) -> int:

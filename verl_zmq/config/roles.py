@@ -59,6 +59,7 @@ LEARNER = "learner"
 EVALUATOR = "evaluator"
 PEER = "peer"
 TOOLSERVER = "toolserver"
+REWARDMODEL = "rewardmodel"
 
 # start order: the registry; then the light roles (numpy samplers step their envs
 # about a second after they start, from their own version-0 weights); then the
@@ -92,9 +93,15 @@ ROLE_TRAITS: dict[str, RoleTraits] = {
     TOOLSERVER: RoleTraits(TOOLSERVER, vital=False, trains=False, ends_job=False, needed=True,
                            start_order=1,
                            endpoints=("tools",), forkable=True, charts="sum"),
+    # scores the samplers' responses with a learned reward model (torch), batching
+    # the requests of every sampler of the job
+    REWARDMODEL: RoleTraits(REWARDMODEL, vital=False, trains=False, ends_job=False,
+                            needed=True, start_order=3,
+                            endpoints=("scores",), charts="sum"),
 }
 
-ROLES: tuple[str, ...] = (REGISTRY, SAMPLER, REPLAY, LEARNER, EVALUATOR, PEER, TOOLSERVER)
+ROLES: tuple[str, ...] = (REGISTRY, SAMPLER, REPLAY, LEARNER, EVALUATOR, PEER, TOOLSERVER,
+                          REWARDMODEL)
 TRAINER_ROLES: tuple[str, ...] = tuple(r for r in ROLES if ROLE_TRAITS[r].trains)
 FORKABLE_ROLES: tuple[str, ...] = tuple(r for r in ROLES if ROLE_TRAITS[r].forkable)
 

@@ -84,12 +84,15 @@ SPARE_REGISTRY = Edge("spare_registry", TRAINERS, "registry", "DEALER", 4, "regi
                       "follows")
 TOOL_CALLS = Edge("tool_calls", ACTORS, "tools", "DEALER", 1000, "job",
                   "tool calls out (round-robin over the job's tool servers); answers back")
+SCORES = Edge("scores", (SAMPLER,), "scores", "DEALER", 1000, "job",
+              "responses to score out (round-robin over the job's reward-model servers); "
+              "scores back")
 SPARE_PARAMS = Edge("spare_params", TRAINERS, "params", "SUB", 4, "group",
                     "a warm spare follows its member's own params (follow.py)")
 
 EDGES: dict[str, Edge] = {e.name: e for e in (
     FRAGMENTS, SAMPLER_PARAMS, EVALUATOR_PARAMS, REQUESTS, GOSSIP, DIST, TO_REGISTRY, MEMBERSHIP,
-    SPARE_REGISTRY, SPARE_PARAMS, TOOL_CALLS)}
+    SPARE_REGISTRY, SPARE_PARAMS, TOOL_CALLS, SCORES)}
 
 
 def table() -> str:

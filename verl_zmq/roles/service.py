@@ -21,8 +21,8 @@ import traceback
 from collections.abc import Coroutine
 from typing import Any
 
-from ..config.members import tool_servers
-from ..config.wiring import TOOL_CALLS
+from ..config.members import reward_models, tool_servers
+from ..config.wiring import SCORES, TOOL_CALLS
 from ..fatal import CannotGoOn
 from .base import Role, RoleRefused
 from .membership import RegistryClient
@@ -117,13 +117,18 @@ async def _stopper(role: Role) -> None:
     raise _Stop()
 
 
-def _tool_client(role: Role) -> None:
-    """A role that calls tools, in a job with tool servers: its calls go there (set
-    before its setup builds what calls them)."""
+def _clients(role: Role) -> None:
+    """A role that calls tools, or scores responses, in a job with tool servers or
+    reward-model servers: its requests go there (set before its setup builds what
+    makes them). The clients' modules are imported only where used."""
     if role.name in TOOL_CALLS.src and tool_servers(role.job):
-        from .tool_client import attach  # zmq and the tools' module: only where used
+        from .tool_client import attach
 
         attach(role)
+    if role.name in SCORES.src and reward_models(role.job):
+        from .rm_client import attach as attach_scores
+
+        attach_scores(role)
 
 
 def _tasks(role: Role) -> list[Coroutine[Any, Any, None]]:
@@ -149,7 +154,7 @@ async def serve(role: Role, install_signals: bool = True) -> int:
     rc = EXIT_OK
     ctx.transport.start_auth()
     try:
-        _tool_client(role)
+        _clients(role)
         await role.setup()
         role.log.info("role_started", endpoints=role.endpoints, run_dir=str(ctx.run_dir),
                       argv=sys.argv[1:] if install_signals else [])

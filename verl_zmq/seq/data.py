@@ -16,7 +16,7 @@ deals every prompt once across the samplers (`epoch_share`). Torch-free.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ class PromptRecord:
     file: str = ""  # the file it was read from (a job may name several)
 
 
-def _rows(path: Path) -> list[dict[str, Any]]:
+def rows_of(path: Path) -> list[dict[str, Any]]:
     if path.suffix == ".parquet":
         try:
             import pyarrow.parquet as pq
@@ -74,6 +74,23 @@ def _rows(path: Path) -> list[dict[str, Any]]:
     raise DataError(f"{path}: expected a .parquet or .jsonl file")
 
 
+def parse_chat(chat: Any, bad: Callable[[str], Exception]) -> tuple[tuple[str, str], ...]:
+    """A prompt column's chat as (role, content) turns: a list of {role, content}
+    messages, or a bare string (one user turn); `bad(what was expected)` otherwise."""
+    if isinstance(chat, str):
+        chat = [{"role": "user", "content": chat}]
+    if not isinstance(chat, list | tuple) or not chat:
+        raise bad("a non-empty list of {role, content} messages")
+    messages = []
+    for m in chat:
+        if not (isinstance(m, dict) and m.get("role") in ROLES
+                and isinstance(m.get("content"), str)):
+            raise bad(f"messages with a role ({', '.join(ROLES)}) and a string content, "
+                      f"got {str(m)[:60]}")
+        messages.append((m["role"], m["content"]))
+    return tuple(messages)
+
+
 def _record(path: Path, i: int, row: Any, prompt_key: str = "prompt",
             reward_fn_key: str = "data_source") -> PromptRecord:
     def bad(column: str, expected: str) -> DataError:
@@ -84,25 +101,14 @@ def _record(path: Path, i: int, row: Any, prompt_key: str = "prompt",
     source = row.get(reward_fn_key)
     if not isinstance(source, str) or not source:
         raise bad(reward_fn_key, "a non-empty string")
-    chat = row.get(prompt_key)
-    if isinstance(chat, str):  # a bare prompt: one user turn
-        chat = [{"role": "user", "content": chat}]
-    if not isinstance(chat, list | tuple) or not chat:
-        raise bad(prompt_key, "a non-empty list of {role, content} messages")
-    messages = []
-    for m in chat:
-        if not (isinstance(m, dict) and m.get("role") in ROLES
-                and isinstance(m.get("content"), str)):
-            raise bad(prompt_key, f"messages with a role ({', '.join(ROLES)}) and a string "
-                                f"content, got {str(m)[:60]}")
-        messages.append((m["role"], m["content"]))
+    messages = parse_chat(row.get(prompt_key), lambda what: bad(prompt_key, what))
     rm = row.get("reward_model")
     if not isinstance(rm, dict) or rm.get("ground_truth") is None:
         raise bad("reward_model", "a record with a ground_truth")
     extra = row.get("extra_info") or {}
     if not isinstance(extra, dict):
         raise bad("extra_info", "a record")
-    return PromptRecord(source, tuple(messages), str(rm["ground_truth"]),
+    return PromptRecord(source, messages, str(rm["ground_truth"]),
                         str(row.get("ability") or ""), extra, i, str(path))
 
 
@@ -116,7 +122,7 @@ def read_prompts(path: str | Path | Sequence[str], prompt_key: str = "prompt",
     p = Path(path)
     if not p.is_file():
         raise DataError(f"{p}: no such file")
-    records = [_record(p, i, row, prompt_key, reward_fn_key) for i, row in enumerate(_rows(p))]
+    records = [_record(p, i, row, prompt_key, reward_fn_key) for i, row in enumerate(rows_of(p))]
     if not records:
         raise DataError(f"{p}: no records")
     return records

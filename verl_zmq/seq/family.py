@@ -55,7 +55,7 @@ class PromptFiles:
                 except DataError as e:
                     problems.append(f"environment.kwargs.{key}: {e}")
         try:
-            load_compute_score(s.reward, "environment.kwargs.reward", s.reward_name)
+            load_compute_score(s.rule, "environment.kwargs.reward", s.reward_name)
         except ValueError as e:
             problems.append(str(e))
         if problems:

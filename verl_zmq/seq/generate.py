@@ -31,6 +31,7 @@ from ..sampling.collector import swap_params
 from .agent_loop import agent_generate, turn_limits
 from .hf import generate, pad_left
 from .prompts import PromptDeck, encode_prompts
+from .reward_model import model_scores
 from .scoring import load_compute_score, score_response
 from .tools import load_tools
 
@@ -82,6 +83,12 @@ class Scorer:
         self.metrics: dict[str, list[float]] = {}
         self.worker = _Worker()
 
+    def count_failure(self, n: int, why: str) -> None:
+        """`n` responses that could not be scored, for `why`."""
+        self.reward_errors += n
+        get_logger().warning("reward_failed", error=why, responses=n,
+                             errors=self.reward_errors, scored_as=self.on_error)
+
     def __call__(self, source: str, text: str, truth: str, extra: dict[str, Any]
                  ) -> float | None:
         try:
@@ -118,7 +125,7 @@ class GenerateCollector:
         self.records, self.ids = enc.records, enc.ids
         self.deck = PromptDeck(len(self.records), worker, workers, job.experiment.seed)
         # what the role reports (reward_errors) and closes
-        self.venv = Scorer(s.reward, s.on_error, s.reward_timeout_s, s.reward_name)
+        self.venv = Scorer(s.rule, s.on_error, s.reward_timeout_s, s.reward_name)
         self.version = 0
         self.pending: tuple[int, dict] | None = None
         self.steps = 0  # fragment rows generated (a row: one token slot of every response)
@@ -130,6 +137,7 @@ class GenerateCollector:
         self.tools = load_tools(s.tool_paths, limits=s.tool_limits) if s.tool_paths else {}
         self.limits = turn_limits(s)
         self.calls = self.well_formed = 0
+        self.model_score_sum, self.model_scored = 0.0, 0  # the reward model's scores
 
     def swap(self) -> None:
         """Load params that arrived, if they are new (or the first)."""
@@ -161,15 +169,7 @@ class GenerateCollector:
         lengths = g.mask.sum(1).numpy()
         self.tokens += int(lengths.sum())
         E, T, G = self.E, self.T, s.group_size
-        scores = np.zeros(E, np.float32)
-        dropped = np.zeros(E, bool)
-        for j, text in enumerate(texts):
-            r = self.records[which[j // G]]
-            sc = self.venv(r.data_source, text, r.ground_truth, r.extra_info)
-            if sc is None:
-                dropped[j] = self.venv.on_error == "drop"
-                sc = 0.0
-            scores[j] = sc
+        scores, dropped = self._scores([self.records[which[j // G]] for j in range(E)], texts)
         valid = g.mask.numpy().T.astype(bool)  # [T, E]
         last = np.zeros((T, E), bool)
         last[np.maximum(lengths - 1, 0), np.arange(E)] = True
@@ -195,11 +195,37 @@ class GenerateCollector:
             arrays[OBSERVED] = observed
         return arrays, self.version
 
+    def _scores(self, records: list[Any], texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Each response's reward: the rule's score (unless `reward` names a model
+        alone), plus the reward model's times its weight; and which to drop (a
+        failed score where `on_error = "drop"`)."""
+        s, E = self.settings, len(texts)
+        scores = np.zeros(E, np.float32)
+        failed = np.zeros(E, bool)
+        if s.rule == s.reward:  # a rule reward
+            for j, (r, text) in enumerate(zip(records, texts, strict=True)):
+                sc = self.venv(r.data_source, text, r.ground_truth, r.extra_info)
+                failed[j] = sc is None
+                scores[j] = sc or 0.0
+        if s.reward_model_path:
+            learned = model_scores([(r.messages, t) for r, t in zip(records, texts, strict=True)])
+            if learned is None or len(learned) != E:
+                self.venv.count_failure(E, "the reward model did not answer in time")
+                failed[:] = True
+            else:
+                self.model_score_sum += float(learned.sum())
+                self.model_scored += E
+                weight = s.reward_model_weight if s.rule == s.reward else 1.0
+                scores += weight * learned.astype(np.float32)
+        return scores, failed & (self.venv.on_error == "drop")
+
     def metrics(self) -> dict[str, float]:
         out = {"timing_s/gen": round(self.gen_s, 3), "sampler/tokens": float(self.tokens),
                "sampler/reward_errors": float(self.venv.reward_errors)}
         if self.gen_s > 0:
             out["sampler/tokens_per_s"] = round(self.tokens / self.gen_s, 1)
+        if self.model_scored:
+            out["sampler/reward_model_score"] = round(self.model_score_sum / self.model_scored, 4)
         if self.tools:
             out["sampler/tool_calls"] = float(self.calls)
             out["sampler/tool_calls_well_formed"] = float(self.well_formed)

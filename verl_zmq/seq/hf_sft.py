@@ -35,13 +35,13 @@ def response_texts(path: str | list[str], key: str) -> list[str]:
     dotted into nested dicts (verl's `response_key` with `response_dict_keys`:
     "extra_info.answer"); a ValueError naming the file, the row and the key where a
     row lacks it."""
-    from .data import _rows, files_of
+    from .data import files_of, rows_of
 
     if len(files_of(path)) > 1:
         return [t for one in files_of(path) for t in response_texts(one, key)]
     path = files_of(path)[0]
     out = []
-    for i, row in enumerate(_rows(Path(path))):
+    for i, row in enumerate(rows_of(Path(path))):
         v: Any = row
         for part in key.split("."):
             if not isinstance(v, dict) or part not in v or v[part] is None:
@@ -96,7 +96,7 @@ def scorable(algo: Any, records: list[Any], texts: list[str], sample: int = 200)
     from .scoring import load_compute_score, score_response
 
     s = algo.settings
-    fn = load_compute_score(s.reward, "environment.kwargs.reward", s.reward_name)
+    fn = load_compute_score(s.rule, "environment.kwargs.reward", s.reward_name)
     got = []
     for r, text in zip(records[:sample], texts[:sample], strict=True):
         try:
@@ -148,7 +148,7 @@ def run_hf_sft(job: Any, steps: int, out: str, batch_prompts: int = 64, lr: floa
     prompts, answers, learned, texts, records = _pairs(algo, response_key)
     ceiling = scorable(algo, records, texts)
     if warn is not None and ceiling < 0.5:
-        reward = algo.settings.reward or "the built-in scorer by data source"
+        reward = algo.settings.rule or "the built-in scorer by data source"
         warn(f"the SFT responses ({response_key}) score {ceiling:.2f} on average under the "
              f"job's reward ({reward}): a model that learns them will score about that. "
              f"GSM8K's strict rule wants a worked solution ending in '#### N': train on it "

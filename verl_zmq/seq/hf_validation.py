@@ -37,7 +37,7 @@ class Validation:
         s = self.settings
         n = limit or s.val_prompts or len(self.records)
         records, ids = self.records[:n], self.ids[:n]
-        score_fn = load_compute_score(s.reward, "environment.kwargs.reward", s.reward_name)
+        score_fn = load_compute_score(s.rule, "environment.kwargs.reward", s.reward_name)
         greedy = s.val_n == 1
         sampling = Sampling(n=s.val_n, temperature=s.val_temperature or s.temperature,
                             top_p=s.top_p, top_k=s.top_k,

@@ -30,11 +30,13 @@ from .data import (
     fit_prompt,
     read_prompts,
 )
+from .reward_model import check_reward_model
 
 __all__ = ["PROMPTS_ID", "PromptDeck", "PromptSettings", "encode_prompts", "is_prompt_env",
            "length_problems", "prompt_lengths", "prompt_settings"]
 
 PROMPTS_ID = "verl/Prompts-v0"
+MODEL_REWARD = "model:"  # reward = "model:PATH": a learned reward model alone
 PROMPT = "prompt"  # the fragment's per-response column of prompt token ids
 
 
@@ -48,8 +50,9 @@ class PromptSettings:
     `actor_rollout_ref.rollout.*`): the files, the lengths, how a long prompt is
     cut, the scorer (`reward`: "" built in by data source, "gsm8k",
     "exact_match", `module:compute_score`, or a file, `my_reward.py` with
-    `reward_name`, or `my_reward.py:fn`), what a failed score counts as, and
-    the sampling of responses (`group_size` is rollout `n`)."""
+    `reward_name`, or `my_reward.py:fn`; or "model:PATH", a learned reward model
+    alone), a reward model added to the rule (`reward_model`), what a failed
+    score counts as, and the sampling of responses (`group_size` is rollout `n`)."""
 
     train_files: str | list[str] = ""  # a file, or a list of them read in order
     val_files: str | list[str] = ""  # see train_files
@@ -60,6 +63,11 @@ class PromptSettings:
     reward_name: str = "compute_score"
     on_error: str = "zero"
     reward_timeout_s: float = 10.0  # a scorer call that takes longer is counted, scored as on_error
+    # a learned reward model (a local AutoModelForSequenceClassification folder, verl's
+    # reward_model.model.path), served by the job's reward-model roles: the training
+    # reward is the rule's score plus reward_model_weight x the model's
+    reward_model: str = ""
+    reward_model_weight: float = 1.0
     group_size: int = 8
     max_prompt_length: int = 64
     max_response_length: int = 32
@@ -93,6 +101,19 @@ class PromptSettings:
             list(self.tools or [])
 
     @property
+    def reward_model_path(self) -> str:
+        """The reward model's folder ("": none): `reward = "model:PATH"` or
+        `reward_model`."""
+        return self.reward[len(MODEL_REWARD):] if self.reward.startswith(MODEL_REWARD) \
+            else self.reward_model
+
+    @property
+    def rule(self) -> str:
+        """The rule scorer: `reward`, or the built-in one by data source where `reward`
+        names a model (what validation scores by, and its training reward ignores)."""
+        return "" if self.reward.startswith(MODEL_REWARD) else self.reward
+
+    @property
     def tool_limits(self) -> Limits:
         """What one sandboxed tool call may use."""
         return Limits(wall_s=self.tool_timeout_s, cpu_s=max(1, math.ceil(self.tool_timeout_s)))
@@ -123,6 +144,17 @@ def prompt_settings(kwargs: Mapping[str, Any], where: str = "environment.kwargs"
     return s
 
 
+def _check_reward(s: PromptSettings, where: str) -> None:
+    if s.reward_model and s.reward.startswith(MODEL_REWARD):
+        raise ValueError(f"{where}.reward_model: set with reward = \"model:...\" as well; "
+                         f"keep one (reward_model adds the model to a rule reward)")
+    if s.reward_model_path:
+        check_reward_model(s.reward_model_path, f"{where}.reward_model" if s.reward_model
+                           else f"{where}.reward")
+    if s.reward_timeout_s <= 0:
+        raise ValueError(f"{where}.reward_timeout_s: must be positive")
+
+
 def _check_values(s: PromptSettings, where: str) -> None:
     """ValueError naming the first setting out of its range."""
     if not s.train_files:
@@ -149,8 +181,7 @@ def _check_values(s: PromptSettings, where: str) -> None:
                          f"or more")
     if s.val_temperature < 0:
         raise ValueError(f"{where}.val_temperature: 0 (the rollout's temperature) or more")
-    if s.reward_timeout_s <= 0:
-        raise ValueError(f"{where}.reward_timeout_s: must be positive")
+    _check_reward(s, where)
     if s.temperature <= 0 or not 0 < s.top_p <= 1 or s.top_k < 0:
         raise ValueError(f"{where}: temperature > 0, 0 < top_p <= 1 and top_k >= 0 expected")
 

@@ -108,6 +108,8 @@ class Kind(enum.IntEnum):
     GOSSIP_BATCH = 20
     TOOL_CALL = 21
     TOOL_ANSWER = 22
+    SCORE_REQUEST = 23
+    SCORE_REPLY = 24
 
 
 @dataclass(kw_only=True)
@@ -347,6 +349,27 @@ class ToolAnswer(Message):
 
 
 @dataclass(kw_only=True)
+class ScoreRequest(Message):
+    """Sampler -> reward-model server: responses to score, `arrays["items"]` the UTF-8
+    JSON of [[chat turns, response], ...] (`seq/reward_model.encode_items`)."""
+
+    KIND: ClassVar[Kind] = Kind.SCORE_REQUEST
+    id: int = 0
+    arrays: Arrays = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class ScoreReply(Message):
+    """Reward-model server -> its caller: `arrays["score"]`, one float32 a response,
+    or `error`."""
+
+    KIND: ClassVar[Kind] = Kind.SCORE_REPLY
+    id: int = 0
+    error: str = ""
+    arrays: Arrays = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
 class Shutdown(Message):
     """Member -> registry -> everyone (PUB): stop the job cleanly, for `reason`."""
 
@@ -359,5 +382,6 @@ KINDS: dict[int, type[Message]] = {
     for cls in (Register, RegisterReply, Heartbeat, HeartbeatReply, Deregister,
                 SnapshotRequest, MembershipSnapshot, MembershipDelta, Fragment,
                 SampleRequest, Batch, PriorityUpdate, Params, GossipHello, GossipParams,
-                GossipGrads, GossipBatch, ToolCall, ToolAnswer, Shutdown)
+                GossipGrads, GossipBatch, ToolCall, ToolAnswer, ScoreRequest, ScoreReply,
+                Shutdown)
 }

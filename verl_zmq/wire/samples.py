@@ -101,6 +101,10 @@ def samples() -> list[wire.Message]:
         wire.ToolCall(id=7, tool="calc", arguments='{"expression": "2 * 3"}', state="null"),
         wire.ToolAnswer(id=7, text="6", state="null"),
         wire.ToolAnswer(id=8, error="timed out after 10 s"),
+        wire.ScoreRequest(id=9, arrays={"items": np.frombuffer(b'[[[["user", "2*3?"]], "6"]]',
+                                                                np.uint8)}),
+        wire.ScoreReply(id=9, arrays={"score": np.array([0.75], np.float32)}),
+        wire.ScoreReply(id=10, error="the items are not UTF-8 JSON"),
         wire.Shutdown(reason="target_reached"),
         # a multi-agent policy's fragment: its name, and the agent of every step
         wire.Fragment(version=4, policy="predator",

@@ -21,4 +21,6 @@ bash tools/setup.sh
 . .venv/bin/activate
 ruff check .
 mypy  # strict on the joints ([tool.mypy] in pyproject.toml)
-python -m pytest -q -rs --durations=15 "$@"
+# two workers, each test module on one (its fixtures built once): most tests spend
+# their time waiting on the processes of a job; TEST_WORKERS=0 runs them in one
+python -m pytest -q -rs --durations=15 -n "${TEST_WORKERS:-2}" --dist loadscope "$@"

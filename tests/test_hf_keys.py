@@ -19,7 +19,7 @@ import torch  # noqa: E402
 from tests.conftest import CONFIGS  # noqa: E402
 from verl_zmq.algos.base import Progress  # noqa: E402
 from verl_zmq.config import ConfigError, GRPOParams, load_job  # noqa: E402
-from verl_zmq.config.checks import HF_ONLY, HF_OWN_ESTIMATOR, HF_UNREAD  # noqa: E402
+from verl_zmq.config.checks import HF_CRITIC, HF_ONLY, HF_OWN_ESTIMATOR, HF_UNREAD  # noqa: E402
 
 JOB = CONFIGS / "reverse_hf_grpo.toml"
 BASE = ["environment.kwargs.val_files=", "environment.kwargs.max_response_length=12",
@@ -130,9 +130,15 @@ def _differs(a: dict, b: dict) -> float:
 def test_every_accepted_key_is_read_or_refused(fixed):
     names = {f.name for f in dataclasses.fields(GRPOParams)}
     walked = (set(READ_BY_THE_UPDATE) | set(READ_AROUND_THE_UPDATE) | set(SAME_UPDATE)
-              | set(HF_UNREAD) | set(HF_OWN_ESTIMATOR))
+              | set(HF_UNREAD) | set(HF_OWN_ESTIMATOR) | set(HF_CRITIC))
     assert walked == names, f"keys nobody walks: {names - walked}, gone: {walked - names}"
     base, _, _ = fixed
+    # a value head's keys: refused without one, taken with one (tests/test_hf_ppo.py
+    # shows what they do)
+    for key in HF_CRITIC:
+        with pytest.raises(ConfigError, match=f"algorithm.params.{key}: .*a value head"):
+            load_job(JOB, [*base, f"algorithm.params.{key}=1"])
+        load_job(JOB, [*base, 'algorithm.params.adv_estimator="gae"', f"algorithm.params.{key}=1"])
     for key in (*HF_UNREAD, *HF_OWN_ESTIMATOR):
         value = {"bool": True, "str": "linear", "int": 7}.get(
             type(getattr(GRPOParams(), key)).__name__, 0.37)

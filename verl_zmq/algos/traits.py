@@ -55,7 +55,9 @@ def _kind_problem(name: str, pol: Any, t: Traits, kind: str) -> str:
     """Why `policy.kind` does not fit the algorithm and its actions, or ""."""
     if pol.kind == "hf":
         return "" if t.grouped else \
-            f"algorithm.policy.kind: a Hugging Face model is trained by grpo, not {name}"
+            (f"algorithm.policy.kind: a Hugging Face model is trained by grpo, not {name}; for "
+             f"PPO with a critic keep grpo and set algorithm.params.adv_estimator = \"gae\" "
+             f"(a value head; verl's convention) and vf_coef")
     if pol.kind == "transformer":
         if not t.on_policy:
             return f"algorithm.policy.kind: a transformer policy is for ppo and grpo, not {name}"

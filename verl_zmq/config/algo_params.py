@@ -269,6 +269,9 @@ class GRPOParams(PPOParams):
     micro_batch_size: int = 0
     max_tokens_per_forward: int = 0  # see micro_batch_size
     lr_warmup_steps: int = 0  # kind = "hf": updates of linear warm-up (verl's lr_warmup_steps)
+    # kind = "hf" with adv_estimator = "gae" (PPO: a value head on the last hidden
+    # state): updates in which the value head alone learns (verl's critic_warmup)
+    critic_warmup: int = 0
 
     def drops_fragments(self) -> bool:
         return self.filter_groups

@@ -292,15 +292,17 @@ def _check_algorithm(job: Job, source: str) -> None:
 
 
 # [algorithm.params] keys the Hugging Face learner (seq/hf_grpo.py) does not read: a
-# critic's, V-trace's, the recurrent and the single clip range (it clips with
-# clip_low and clip_high); the advantage's own keys are read by an estimator of
-# one's own alone (the built-in grouped estimators do not)
+# critic's (but with its value head, HF_CRITIC), V-trace's, the recurrent and the
+# single clip range (it clips with clip_low and clip_high); the advantage's own keys
+# are read by an estimator of one's own alone (the built-in grouped estimators do not)
 HF_UNREAD = ("clip_range", "clip_schedule", "clip_range_vf", "vf_coef", "vtrace",
              "vtrace_rho_bar", "vtrace_c_bar", "recurrence", "normalize_value",
              "decoupled_loss", "behav_imp_weight_cap")
 HF_OWN_ESTIMATOR = ("gae_lambda", "normalize_advantage")
 # keys read by that learner alone (params and [algorithm.policy])
-HF_ONLY = ("micro_batch_size", "max_tokens_per_forward", "lr_warmup_steps")
+HF_ONLY = ("micro_batch_size", "max_tokens_per_forward", "lr_warmup_steps", "critic_warmup")
+# read by that learner with a value head (adv_estimator = "gae": PPO) alone
+HF_CRITIC = ("clip_range_vf", "vf_coef", "gae_lambda", "critic_warmup")
 HF_ONLY_POLICY = ("gradient_checkpointing", "dtype")
 
 
@@ -322,13 +324,16 @@ def _check_hf_keys(job: Job, source: str) -> None:
     # a Hugging Face policy learns with GRPO's family alone, whose params are PPO's
     if not isinstance(p, PPOParams) or ":" not in p.adv_estimator:
         unread += HF_OWN_ESTIMATOR
+    critic = isinstance(p, PPOParams) and p.adv_estimator == "gae"
+    unread = [k for k in unread if k not in HF_CRITIC] if critic else unread + ["critic_warmup"]
     for key in unread:
         if key in changed:
-            why = ("it clips with clip_low and clip_high" if key.startswith("clip_range")
+            why = ("a value head reads it: adv_estimator = \"gae\"" if key in HF_CRITIC
+                   else "it clips with clip_low and clip_high" if key.startswith("clip_range")
                    or key == "clip_schedule" else
                    "it has no decoupled objective yet" if key in ("decoupled_loss",
                                                                   "behav_imp_weight_cap")
-                   else "it has no critic, V-trace or recurrence"
+                   else "it has no V-trace or recurrence"
                    if key not in HF_OWN_ESTIMATOR else
                    "the built-in estimators do not read it (an adv_estimator of your own may)")
             raise ConfigError(f"{source}: algorithm.params.{key}: the Hugging Face learner "

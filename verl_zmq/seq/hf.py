@@ -185,18 +185,31 @@ def response_logprobs_entropy(model: Any, prompt: torch.Tensor, prompt_mask: tor
     """`response_logprobs`, and with `entropy` the entropy [N, R] of the
     temperature's distribution at each response position (differentiable: an
     entropy bonus); the entropy costs one more [N, R, vocab] tensor."""
+    logp, ent, _ = response_forward(model, prompt, prompt_mask, response, response_mask,
+                                    temperature, entropy)
+    return logp, ent
+
+
+def response_forward(model: Any, prompt: torch.Tensor, prompt_mask: torch.Tensor,
+                     response: torch.Tensor, response_mask: torch.Tensor,
+                     temperature: float = 1.0, entropy: bool = True, hidden: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """`response_logprobs_entropy`, and with `hidden` the last layer's state [N, R, H]
+    where each response token is drawn (what a value head reads: the state before
+    the token)."""
     dev = _device(model)  # the model's device (a learner's GPU); the result stays there
     response_mask = response_mask.to(dev)
     ids = torch.cat([prompt.to(dev), response.to(dev)], 1)
     mask = torch.cat([prompt_mask.to(dev), response_mask], 1)
     positions = (mask.cumsum(1) - 1).clamp(min=0)
     P = prompt.shape[1]
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                   use_cache=False).logits[:, P - 1:-1]
-    logp = torch.log_softmax(logits.float() / temperature, -1)
+    got = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                output_hidden_states=hidden)
+    logp = torch.log_softmax(got.logits[:, P - 1:-1].float() / temperature, -1)
     out = logp.gather(-1, response.unsqueeze(-1)).squeeze(-1)
     ent = -(logp.exp() * logp).sum(-1) * response_mask if entropy else None
-    return out * response_mask, ent
+    h = got.hidden_states[-1][:, P - 1:-1] if hidden else None
+    return out * response_mask, ent, h
 
 
 @dataclass(frozen=True)

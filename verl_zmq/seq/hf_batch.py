@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["Responses", "prompt_tensors"]
+__all__ = ["Responses", "micro_batches", "prompt_tensors"]
 
 
 @dataclass
@@ -28,6 +28,9 @@ class Responses:
     learn: np.ndarray
     counted: np.ndarray
     stats: dict[str, float]
+    # with a value head (PPO): each token's return, and its value as the update began
+    ret: torch.Tensor | None = None
+    value: torch.Tensor | None = None
 
 
 def prompt_tensors(prompt: np.ndarray, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -40,3 +43,24 @@ def prompt_tensors(prompt: np.ndarray, pad: int) -> tuple[torch.Tensor, torch.Te
     first = int(used[0]) if len(used) else p.shape[1] - 1
     p, real = p[:, first:], real[:, first:]
     return torch.where(real, p, torch.full_like(p, pad)), real.long()
+
+
+def micro_batches(r: Responses, idx: np.ndarray, responses: int, tokens: int
+                  ) -> list[np.ndarray]:
+    """A minibatch's responses in the forward passes it is computed in: one, or
+    `responses` each (verl's micro batch), or at most `tokens` prompt + response
+    tokens each (at least one response; verl's dynamic batch)."""
+    if responses:
+        return [idx[lo:lo + responses] for lo in range(0, len(idx), responses)]
+    if not tokens:
+        return [idx]
+    sizes = (r.pmask[idx].sum(1) + r.rmask[idx].sum(1)).tolist()
+    out: list[list[int]] = [[]]
+    used = 0
+    for i, n in zip(idx.tolist(), sizes, strict=True):
+        if out[-1] and used + n > tokens:
+            out.append([])
+            used = 0
+        out[-1].append(i)
+        used += n
+    return [np.asarray(o, np.int64) for o in out]

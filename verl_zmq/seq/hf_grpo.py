@@ -59,11 +59,12 @@ from .hf import (
     load_named_arrays,
     load_tokenizer,
     named_arrays,
+    response_forward,
     response_logprobs,
-    response_logprobs_entropy,
     wire_bytes,
 )
-from .hf_batch import Responses, prompt_tensors
+from .hf_batch import Responses, micro_batches, prompt_tensors
+from .hf_critic import ValueHead, value_loss, whiten
 from .hf_validation import Validation
 from .prompts import prompt_settings
 
@@ -77,7 +78,7 @@ class HFGRPO(Algorithm[GRPOParams]):
     module); also the samplers' and the evaluator's copy of the model."""
 
     name = "grpo"
-    state_attrs = ("model", "opt", "ref")
+    state_attrs = ("model", "opt", "ref", "critic")
 
     def __init__(self, job: Any, spec: Any, device: str = "cpu", **kw: Any):
         super().__init__(job, spec, device, **kw)
@@ -106,7 +107,15 @@ class HFGRPO(Algorithm[GRPOParams]):
         self.ref: torch.nn.Module | None = None
         if p.kl_coef > 0 and not self.lora:
             self.ref = copy.deepcopy(self.model).requires_grad_(False).eval()
-        self.opt = adam([t for t in self.model.parameters() if t.requires_grad], p.learning_rate)
+        # a value head (PPO, verl's adv_estimator = "gae") on the last hidden state
+        self.critic: ValueHead | None = None
+        if p.adv_estimator == "gae":
+            if p.vf_coef <= 0:
+                raise ValueError("algorithm.params.vf_coef: adv_estimator = \"gae\" trains a "
+                                 "value head, weighted by vf_coef; set it above 0 (PPO's 0.5)")
+            hidden = int(self.model.get_output_embeddings().weight.shape[1])
+            self.critic = ValueHead(hidden).to(self.device)
+        self.opt = adam([t for t in self.trained() if t.requires_grad], p.learning_rate)
         self._val: Validation | None = None
         self.val_metrics: dict[str, float] = {}
 
@@ -187,11 +196,23 @@ class HFGRPO(Algorithm[GRPOParams]):
         return lambda frag: keep_groups(frag, self.params, self.group_size, self.max_response,
                                         self.filter_stats)
 
-    def _logprobs(self, prompt: torch.Tensor, pmask: torch.Tensor, resp: torch.Tensor,
-                  rmask: torch.Tensor, entropy: bool = False
-                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return response_logprobs_entropy(self.model, prompt, pmask, resp, rmask,
-                                         self.settings.temperature, entropy)
+    def trained(self) -> list[torch.Tensor]:
+        """What the optimiser steps: the model's parameters and the value head's."""
+        head = list(self.critic.parameters()) if self.critic is not None else []
+        return [*self.model.parameters(), *head]
+
+    def _forward(self, prompt: torch.Tensor, pmask: torch.Tensor, resp: torch.Tensor,
+                 rmask: torch.Tensor, entropy: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """The responses' log-probabilities, entropies (where asked) and values (with a
+        value head: the trunk held during the critic's warm-up)."""
+        logp, ent, h = response_forward(self.model, prompt, pmask, resp, rmask,
+                                        self.settings.temperature, entropy,
+                                        hidden=self.critic is not None)
+        if self.critic is None or h is None:
+            return logp, ent, None
+        warm = self.updates < self.params.critic_warmup
+        return logp, ent, self.critic(h.detach() if warm else h) * rmask.to(h.device)
 
     def _minibatches(self, counted: np.ndarray, tokens: np.ndarray) -> Iterator[np.ndarray]:
         """Shuffled responses (those counted), about `minibatch_size` tokens each."""
@@ -230,36 +251,26 @@ class HFGRPO(Algorithm[GRPOParams]):
                 ref = response_logprobs(net, prompt, pmask, resp, rmask,
                                         self.settings.temperature).float().cpu().numpy().T
             b, stats["charts/kl_ref"] = kl_to_reference(b, ref, model, self.kl_ctl, p.kl_in)
+        if self.critic is not None:  # the values as the update begins: GAE's, clipping's
+            with torch.no_grad(), self.autocast():
+                v = self._forward(prompt, pmask, resp, rmask)[2]
+            assert v is not None  # a value head answers
+            b["value"] = v.float().cpu().numpy().T
+            b["bootstrap_value"] = np.zeros(valid.shape[1], np.float32)
         est = self.advantage_fn(AdvantageInput(b, p, _no_values, ordinal, how,
                                                self.group_size, self.max_response))
         counted = how[:, 0] == 1  # one response per column: its first episode
+        critic = {} if self.critic is None else {
+            "ret": self.to_device(np.asarray(est.ret, np.float32).T.copy()),
+            "value": self.to_device(np.asarray(est.value, np.float32).T.copy())}
+        if self.critic is not None:
+            est.adv = whiten(est.adv, model & counted[None])
         return Responses(prompt, pmask, resp, rmask,
                       old=self.to_device(np.asarray(batch["logp"], np.float32).T.copy()),
                       adv=self.to_device(np.asarray(est.adv, np.float32).T.copy()),
                       ref=self.to_device(ref.T.copy()) if ref is not None else None,
                       learn=(model & counted[None]).T, counted=counted,
-                      stats={**stats, **est.stats})
-
-    def _micro(self, r: Responses, idx: np.ndarray) -> list[np.ndarray]:
-        """A minibatch's responses in the forward passes it is computed in: one, or
-        `micro_batch_size` responses each, or at most `max_tokens_per_forward`
-        prompt + response tokens each (at least one response)."""
-        p = self.params
-        if p.micro_batch_size:
-            return [idx[lo:lo + p.micro_batch_size]
-                    for lo in range(0, len(idx), p.micro_batch_size)]
-        if not p.max_tokens_per_forward:
-            return [idx]
-        tokens = (r.pmask[idx].sum(1) + r.rmask[idx].sum(1)).tolist()
-        out: list[list[int]] = [[]]
-        used = 0
-        for i, n in zip(idx.tolist(), tokens, strict=True):
-            if out[-1] and used + n > p.max_tokens_per_forward:
-                out.append([])
-                used = 0
-            out[-1].append(i)
-            used += n
-        return [np.asarray(o, np.int64) for o in out]
+                      stats={**stats, **est.stats}, **critic)
 
     def _step(self, r: Responses, idx: np.ndarray, params: list[torch.Tensor]
               ) -> dict[str, float]:
@@ -275,7 +286,7 @@ class HFGRPO(Algorithm[GRPOParams]):
         self.opt.zero_grad(set_to_none=True)
         totals: dict[str, torch.Tensor] = {}
         seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        for mi in self._micro(r, idx):
+        for mi in micro_batches(r, idx, p.micro_batch_size, p.max_tokens_per_forward):
             ml = r.learn[mi]
             share = float(ml.sum() if per_token else ml.any(1).sum()) / max(whole, 1.0)
             if share == 0:
@@ -283,8 +294,8 @@ class HFGRPO(Algorithm[GRPOParams]):
             m = self.to_device(ml)
             at = torch.as_tensor(mi).to(self.device)
             with self.autocast():  # forward pass and loss; backward and step in float32
-                new, ent = self._logprobs(r.prompt[mi], r.pmask[mi], r.resp[mi],
-                                          r.rmask[mi], p.ent_coef > 0)
+                new, ent, v = self._forward(r.prompt[mi], r.pmask[mi], r.resp[mi],
+                                            r.rmask[mi], p.ent_coef > 0)
                 mb = {"seq": at[:, None].expand_as(m)[m]}
                 new_f, old_f, adv_f = new[m], r.old[at][m], r.adv[at][m]
                 pg, ratio = self.policy_loss_fn(new_f, old_f, adv_f, low, high, p.clip_ratio_c)
@@ -297,6 +308,13 @@ class HFGRPO(Algorithm[GRPOParams]):
                 if r.ref is not None and p.kl_in == "loss":
                     loss = loss + kl_loss(self.kl_fn, self.aggregate, self.kl_ctl, new_f,
                                           r.ref[at][m], mb, self.horizon, stats)
+                if v is not None and r.ret is not None and r.value is not None:
+                    vl = self.aggregate(value_loss(v[m], r.value[at][m], r.ret[at][m],
+                                                   p.clip_range_vf), mb, self.horizon)
+                    stats["losses/value_loss"] = vl.detach()
+                    # the critic's warm-up: its loss alone (the actor waits)
+                    keep = float(self.updates >= p.critic_warmup)
+                    loss = keep * loss + p.vf_coef * vl
             (loss * share).backward()  # type: ignore[no-untyped-call]
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v * share
@@ -327,7 +345,7 @@ class HFGRPO(Algorithm[GRPOParams]):
         r = self._prepare(batch)
         sums: dict[str, float] = {}
         count = 0
-        params = [t for t in self.model.parameters() if t.requires_grad]
+        params = [t for t in self.trained() if t.requires_grad]
         # dropout stays off: the samplers' log-probs had none (with gradient
         # checkpointing, which runs in training mode alone, build_model zeroed it)
         self.model.train(self.checkpointing)
@@ -367,5 +385,6 @@ class HFGRPO(Algorithm[GRPOParams]):
 
 
 def _no_values() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    raise ValueError("algorithm.params.adv_estimator: prompt jobs have no critic (grpo, "
-                     "rloo, reinforce_plus_plus, reinforce_plus_plus_baseline)")
+    raise ValueError("algorithm.params.adv_estimator: a prompt job's critic is a value head, "
+                     "\"gae\" (PPO); the others need none (grpo, rloo, reinforce_plus_plus, "
+                     "reinforce_plus_plus_baseline)")

@@ -55,6 +55,9 @@ READ_BY_THE_UPDATE: dict[str, tuple[object, list[str], float]] = {
     "overlong_buffer_len": (6, [], 0),
     "overlong_penalty_factor": (5.0, ["algorithm.params.overlong_buffer_len=6"], 0),
     "policy_loss": ("tests.test_hf_keys:doubled_loss", [], 0),
+    # stale behaviour log-probabilities: the anchor and the weight both move
+    "decoupled_loss": (True, [], 0.5),
+    "behav_imp_weight_cap": (1.2, ["algorithm.params.decoupled_loss=true"], -0.5),
 }
 # read before the update: by the learner's feed, the fragment filter, or the
 # controller that moves kl_coef between updates (each checked below)

@@ -1,7 +1,9 @@
-"""PPO with a critic on a Hugging Face model (verl's `adv_estimator = "gae"`): a value
-head on the last hidden state fits the responses' returns, its loss clipped
-around the values as the update began; during `critic_warmup` the head alone
-learns; a critic without a weight, or `ppo` by name, is refused with the way."""
+"""The Hugging Face learner's PPO with a critic (verl's `adv_estimator = "gae"`): a
+value head on the last hidden state fits the responses' returns, its loss
+clipped around the values as the update began; during `critic_warmup` the head
+alone learns; a critic without a weight, or `ppo` by name, is refused with the
+way. And its decoupled objective for stale rollouts: on fresh ones the update
+it makes is the standard one's."""
 
 from __future__ import annotations
 
@@ -36,7 +38,9 @@ def _setup(tmp_path, *sets: str):
     spec = env_spec(job.environment)
     torch.manual_seed(0)
     learner = make_algorithm(job, spec)
-    col = GenerateCollector(job, make_algorithm(job, spec), 0, 1)
+    sampler = make_algorithm(job, spec)
+    sampler.load_policy_arrays(learner.policy_arrays())  # the rollouts are fresh
+    col = GenerateCollector(job, sampler, 0, 1)
     batch = job_layout(job, spec).concat([col.collect()[0] for _ in range(2)])
     return learner, batch
 
@@ -75,3 +79,15 @@ def test_a_critic_without_a_weight_and_ppo_by_name_are_refused_with_the_way(tmp_
 
     r = verl_here("check", str(JOB), "--set", 'algorithm.name="ppo"')
     assert r.returncode != 0 and 'adv_estimator = "gae"' in r.stderr, r.stderr
+
+
+def test_the_decoupled_objective_on_fresh_rollouts_is_the_standard_update(tmp_path):
+    after = []
+    for sets in ((), ("algorithm.params.decoupled_loss=true",)):
+        learner, batch = _setup(tmp_path, *sets)
+        torch.manual_seed(1)
+        got = learner.learn(batch).metrics
+        after.append(_weights(learner.model))
+        if sets:  # the sampler's policy is the learner's: every weight about 1
+            assert got["actor/behav_imp_weight"] == pytest.approx(1.0, abs=1e-3)
+    assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(*after, strict=True))

@@ -296,8 +296,7 @@ def _check_algorithm(job: Job, source: str) -> None:
 # single clip range (it clips with clip_low and clip_high); the advantage's own keys
 # are read by an estimator of one's own alone (the built-in grouped estimators do not)
 HF_UNREAD = ("clip_range", "clip_schedule", "clip_range_vf", "vf_coef", "vtrace",
-             "vtrace_rho_bar", "vtrace_c_bar", "recurrence", "normalize_value",
-             "decoupled_loss", "behav_imp_weight_cap")
+             "vtrace_rho_bar", "vtrace_c_bar", "recurrence", "normalize_value")
 HF_OWN_ESTIMATOR = ("gae_lambda", "normalize_advantage")
 # keys read by that learner alone (params and [algorithm.policy])
 HF_ONLY = ("micro_batch_size", "max_tokens_per_forward", "lr_warmup_steps", "critic_warmup")
@@ -330,9 +329,7 @@ def _check_hf_keys(job: Job, source: str) -> None:
         if key in changed:
             why = ("a value head reads it: adv_estimator = \"gae\"" if key in HF_CRITIC
                    else "it clips with clip_low and clip_high" if key.startswith("clip_range")
-                   or key == "clip_schedule" else
-                   "it has no decoupled objective yet" if key in ("decoupled_loss",
-                                                                  "behav_imp_weight_cap")
+                   or key == "clip_schedule"
                    else "it has no V-trace or recurrence"
                    if key not in HF_OWN_ESTIMATOR else
                    "the built-in estimators do not read it (an adv_estimator of your own may)")

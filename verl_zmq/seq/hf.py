@@ -21,6 +21,7 @@ tasks.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,21 @@ def load_tokenizer(policy: Any) -> Any:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return tok
+
+
+def save_folder(model: Any, tok: Any, lora: bool, folder: Path) -> None:
+    """A Hugging Face folder that `AutoModelForCausalLM.from_pretrained` loads:
+    weights (safetensors), config, tokenizer (padding on the left) and chat
+    template; with LoRA the adapters merged into a copy of the model."""
+    if lora:
+        model = copy.deepcopy(model).merge_and_unload()
+    if model.dtype != torch.float32:  # the folder is read as it was trained
+        model.config.torch_dtype = model.dtype
+    model.save_pretrained(folder, safe_serialization=True)
+    # left padding written into tokenizer_config.json: a plain batched `generate`
+    # from this folder reads prompts as the samplers and the evaluator do
+    tok.init_kwargs["padding_side"] = "left"
+    tok.save_pretrained(folder)
 
 
 def build_model(policy: Any, tok: Any) -> Any:

@@ -31,6 +31,7 @@ class Responses:
     # with a value head (PPO): each token's return, and its value as the update began
     ret: torch.Tensor | None = None
     value: torch.Tensor | None = None
+    prox: torch.Tensor | None = None  # decoupled_loss: the policy's as the update began
 
 
 def prompt_tensors(prompt: np.ndarray, pad: int) -> tuple[torch.Tensor, torch.Tensor]:

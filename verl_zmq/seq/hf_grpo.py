@@ -48,7 +48,7 @@ from ..algos.core import (
 )
 from ..algos.grouped import response_stats, responses  # noqa: F401  (registers estimators)
 from ..algos.grpo import keep_groups
-from ..algos.update import clip_stats, kl_loss, kl_to_reference
+from ..algos.update import behaviour_weighted, clip_stats, kl_loss, kl_to_reference
 from ..batch import OBSERVED, PROMPT, episodes
 from ..config import GRPOParams
 from ..wire import allow_params_of
@@ -61,6 +61,7 @@ from .hf import (
     named_arrays,
     response_forward,
     response_logprobs,
+    save_folder,
     wire_bytes,
 )
 from .hf_batch import Responses, micro_batches, prompt_tensors
@@ -138,19 +139,9 @@ class HFGRPO(Algorithm[GRPOParams]):
         load_named_arrays(self.model, arrays, self.lora)
 
     def save_pretrained(self, folder: Path) -> None:
-        """A Hugging Face folder that `AutoModelForCausalLM.from_pretrained` loads:
-        weights (safetensors), config, tokenizer (padding on the left) and chat
-        template; with LoRA the adapters merged into a copy of the model."""
-        model = self.model
-        if self.lora:
-            model = copy.deepcopy(model).merge_and_unload()
-        if model.dtype != torch.float32:  # the folder is read as it was trained
-            model.config.torch_dtype = model.dtype
-        model.save_pretrained(folder, safe_serialization=True)
-        # left padding written into tokenizer_config.json: a plain batched `generate`
-        # from this folder reads prompts as the samplers and the evaluator do
-        self.tok.init_kwargs["padding_side"] = "left"
-        self.tok.save_pretrained(folder)
+        """A Hugging Face folder that `AutoModelForCausalLM.from_pretrained` loads
+        (`hf.save_folder`)."""
+        save_folder(self.model, self.tok, self.lora, folder)
 
     def _reference(self) -> contextlib.AbstractContextManager[Any]:
         """The reference policy to run under: the frozen copy, or the adapters off."""
@@ -251,6 +242,10 @@ class HFGRPO(Algorithm[GRPOParams]):
                 ref = response_logprobs(net, prompt, pmask, resp, rmask,
                                         self.settings.temperature).float().cpu().numpy().T
             b, stats["charts/kl_ref"] = kl_to_reference(b, ref, model, self.kl_ctl, p.kl_in)
+        prox = None
+        if p.decoupled_loss:  # the clip's anchor: the policy as the update begins
+            with torch.no_grad(), self.autocast():
+                prox = self._forward(prompt, pmask, resp, rmask)[0].float()
         if self.critic is not None:  # the values as the update begins: GAE's, clipping's
             with torch.no_grad(), self.autocast():
                 v = self._forward(prompt, pmask, resp, rmask)[2]
@@ -270,7 +265,7 @@ class HFGRPO(Algorithm[GRPOParams]):
                       adv=self.to_device(np.asarray(est.adv, np.float32).T.copy()),
                       ref=self.to_device(ref.T.copy()) if ref is not None else None,
                       learn=(model & counted[None]).T, counted=counted,
-                      stats={**stats, **est.stats}, **critic)
+                      stats={**stats, **est.stats}, prox=prox, **critic)
 
     def _step(self, r: Responses, idx: np.ndarray, params: list[torch.Tensor]
               ) -> dict[str, float]:
@@ -297,10 +292,16 @@ class HFGRPO(Algorithm[GRPOParams]):
                 new, ent, v = self._forward(r.prompt[mi], r.pmask[mi], r.resp[mi],
                                             r.rmask[mi], p.ent_coef > 0)
                 mb = {"seq": at[:, None].expand_as(m)[m]}
-                new_f, old_f, adv_f = new[m], r.old[at][m], r.adv[at][m]
+                # the clip's anchor: the behaviour policy, or (decoupled) the policy as the
+                # update began, each token then weighted by it over the behaviour's
+                new_f, behav, adv_f = new[m], r.old[at][m], r.adv[at][m]
+                old_f = r.prox[at][m] if r.prox is not None else behav
                 pg, ratio = self.policy_loss_fn(new_f, old_f, adv_f, low, high, p.clip_ratio_c)
+                stats: dict[str, Any] = {}
+                if r.prox is not None:
+                    pg = behaviour_weighted(pg, old_f, behav, p.behav_imp_weight_cap, stats)
                 loss = self.aggregate(pg, mb, self.horizon)
-                stats: dict[str, Any] = {"losses/policy_loss": loss.detach()}
+                stats["losses/policy_loss"] = loss.detach()
                 if ent is not None:  # verl's entropy_coeff: a bonus on the same aggregation
                     entropy = self.aggregate(ent[m], mb, self.horizon)
                     stats["losses/entropy"] = stats["actor/entropy"] = entropy.detach()

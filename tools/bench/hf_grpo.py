@@ -90,12 +90,14 @@ def run_once(seed: int, work: Path, updates: int = UPDATES, sft_steps: int = SFT
             os.environ["PYTHONPATH"] = old
     metrics = [e for e in events(run / "logs" / "learner-0.jsonl") if e.get("event") == "metrics"
                and "charts/kl_ref" in e]
+    lags = [e["learner/policy_lag_mean"] for e in metrics if "learner/policy_lag_mean" in e]
     return {"seed": seed, "rc": rc, "wall_s": round(wall, 1), "before": before,
             "after": evals[-1]["eval/return_mean"] if evals else None,
             "final": bool(evals and evals[-1].get("final")),
             "first_eval_steps": evals[0]["env_steps"] if evals else None,
             "kl_ref": metrics[-1]["charts/kl_ref"] if metrics else None,
             "updates": metrics[-1].get("learner/updates") if metrics else None,
+            "policy_lag_mean": round(sum(lags) / len(lags), 2) if lags else None,
             "run": str(run)}
 
 

@@ -286,40 +286,11 @@ class HFGRPO(Algorithm[GRPOParams]):
             share = float(ml.sum() if per_token else ml.any(1).sum()) / max(whole, 1.0)
             if share == 0:
                 continue  # nothing learned from these responses
-            m = self.to_device(ml)
-            at = torch.as_tensor(mi).to(self.device)
-            with self.autocast():  # forward pass and loss; backward and step in float32
-                new, ent, v = self._forward(r.prompt[mi], r.pmask[mi], r.resp[mi],
-                                            r.rmask[mi], p.ent_coef > 0)
-                mb = {"seq": at[:, None].expand_as(m)[m]}
-                # the clip's anchor: the behaviour policy, or (decoupled) the policy as the
-                # update began, each token then weighted by it over the behaviour's
-                new_f, behav, adv_f = new[m], r.old[at][m], r.adv[at][m]
-                old_f = r.prox[at][m] if r.prox is not None else behav
-                pg, ratio = self.policy_loss_fn(new_f, old_f, adv_f, low, high, p.clip_ratio_c)
-                stats: dict[str, Any] = {}
-                if r.prox is not None:
-                    pg = behaviour_weighted(pg, old_f, behav, p.behav_imp_weight_cap, stats)
-                loss = self.aggregate(pg, mb, self.horizon)
-                stats["losses/policy_loss"] = loss.detach()
-                if ent is not None:  # verl's entropy_coeff: a bonus on the same aggregation
-                    entropy = self.aggregate(ent[m], mb, self.horizon)
-                    stats["losses/entropy"] = stats["actor/entropy"] = entropy.detach()
-                    loss = loss - p.ent_coef * entropy
-                if r.ref is not None and p.kl_in == "loss":
-                    loss = loss + kl_loss(self.kl_fn, self.aggregate, self.kl_ctl, new_f,
-                                          r.ref[at][m], mb, self.horizon, stats)
-                if v is not None and r.ret is not None and r.value is not None:
-                    vl = self.aggregate(value_loss(v[m], r.value[at][m], r.ret[at][m],
-                                                   p.clip_range_vf), mb, self.horizon)
-                    stats["losses/value_loss"] = vl.detach()
-                    # the critic's warm-up: its loss alone (the actor waits)
-                    keep = float(self.updates >= p.critic_warmup)
-                    loss = keep * loss + p.vf_coef * vl
+            loss, stats, seen_mb = self._loss(r, mi, self.to_device(ml))
             (loss * share).backward()  # type: ignore[no-untyped-call]
-            for k, v in stats.items():
-                totals[k] = totals.get(k, 0.0) + v * share
-            seen.append((new_f.detach(), old_f, ratio.detach()))
+            for k, x in stats.items():
+                totals[k] = totals.get(k, 0.0) + x * share
+            seen.append(seen_mb)
         if not seen:
             return {}
         norm = clip_grad_norm(params, p.max_grad_norm)
@@ -328,6 +299,43 @@ class HFGRPO(Algorithm[GRPOParams]):
         totals["losses/grad_norm"] = norm
         totals |= clip_stats(new_f, old_f, ratio, low, high, verl_names=True)
         return {k: float(v) for k, v in totals.items()}
+
+    def _loss(self, r: Responses, mi: np.ndarray, m: torch.Tensor
+              ) -> tuple[torch.Tensor, dict[str, Any], tuple[torch.Tensor, ...]]:
+        """One micro-batch's loss (policy, entropy bonus, KL, value), its statistics,
+        and the log-probabilities and ratios the clip statistics read."""
+        p = self.params
+        at = torch.as_tensor(mi).to(self.device)
+        with self.autocast():  # forward pass and loss; backward and step in float32
+            new, ent, v = self._forward(r.prompt[mi], r.pmask[mi], r.resp[mi], r.rmask[mi],
+                                        p.ent_coef > 0)
+            mb = {"seq": at[:, None].expand_as(m)[m]}
+            # the clip's anchor: the behaviour policy, or (decoupled) the policy as the
+            # update began, each token then weighted by it over the behaviour's
+            new_f, behav, adv_f = new[m], r.old[at][m], r.adv[at][m]
+            old_f = r.prox[at][m] if r.prox is not None else behav
+            pg, ratio = self.policy_loss_fn(new_f, old_f, adv_f, p.clip_low, p.clip_high,
+                                            p.clip_ratio_c)
+            stats: dict[str, Any] = {}
+            if r.prox is not None:
+                pg = behaviour_weighted(pg, old_f, behav, p.behav_imp_weight_cap, stats)
+            loss = self.aggregate(pg, mb, self.horizon)
+            stats["losses/policy_loss"] = loss.detach()
+            if ent is not None:  # verl's entropy_coeff: a bonus on the same aggregation
+                entropy = self.aggregate(ent[m], mb, self.horizon)
+                stats["losses/entropy"] = stats["actor/entropy"] = entropy.detach()
+                loss = loss - p.ent_coef * entropy
+            if r.ref is not None and p.kl_in == "loss":
+                loss = loss + kl_loss(self.kl_fn, self.aggregate, self.kl_ctl, new_f,
+                                      r.ref[at][m], mb, self.horizon, stats)
+            if v is not None and r.ret is not None and r.value is not None:
+                vl = self.aggregate(value_loss(v[m], r.value[at][m], r.ret[at][m],
+                                               p.clip_range_vf), mb, self.horizon)
+                stats["losses/value_loss"] = vl.detach()
+                # the critic's warm-up: its loss alone (the actor waits)
+                keep = float(self.updates >= p.critic_warmup)
+                loss = keep * loss + p.vf_coef * vl
+        return loss, stats, (new_f.detach(), old_f, ratio.detach())
 
     def _lr(self, at: Progress) -> float:
         """The step size of this update: `lr_schedule` over the budget, after

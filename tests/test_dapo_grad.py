@@ -5,7 +5,7 @@ killed with -9 in the middle of the rounds and restarted by the launcher. The
 others' rounds wait for it at most one deadline each, never forever, and leave
 only it out; every evaluation is finite; rounds before the kill gave the peers
 identical parameters (the evaluator saw one fingerprint for several peers);
-every peer reaches 475, and evaluations after the kill include the restarted
+every peer reaches the target (300), and evaluations after the kill include the restarted
 peer."""
 
 from __future__ import annotations

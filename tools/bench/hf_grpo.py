@@ -58,9 +58,10 @@ def prepare(work: Path, seed: int) -> list[str]:
             f"experiment.seed={seed}"]
 
 
-def run_once(seed: int, work: Path, updates: int = UPDATES, sft_steps: int = SFT_STEPS,
-             timeout: float = 600, extra: tuple[str, ...] = ()) -> dict:
-    """One seed of the procedure (see the module); what it measured."""
+def warm_start(seed: int, work: Path, sft_steps: int = SFT_STEPS, timeout: float = 600
+               ) -> tuple[list[str], dict[str, str], Path, float]:
+    """The files, `verl sft`'s warm start in `work/sft`: (the job's overrides, the
+    environment the roles need, the folder, its val exact match)."""
     work.mkdir(parents=True, exist_ok=True)
     sets = prepare(work, seed)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -74,8 +75,13 @@ def run_once(seed: int, work: Path, updates: int = UPDATES, sft_steps: int = SFT
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
     if r.returncode:
         raise RuntimeError(f"verl sft failed: {r.stderr[-2000:]}")
-    before = json.loads(r.stdout.strip().splitlines()[-1])["accuracy"]
-    run = work / "run"
+    return sets, env, sft_dir, json.loads(r.stdout.strip().splitlines()[-1])["accuracy"]
+
+
+def train(seed: int, run: Path, start: tuple[list[str], dict[str, str], Path, float],
+          updates: int = UPDATES, timeout: float = 600, extra: tuple[str, ...] = ()) -> dict:
+    """The GRPO job from a warm start (`warm_start`'s) in `run`; what it measured."""
+    sets, env, sft_dir, before = start
     batch = next((int(x.split("=")[1]) for x in extra
                   if x.startswith("algorithm.params.batch_size=")), BATCH)
     old = os.environ.get("PYTHONPATH")
@@ -99,6 +105,13 @@ def run_once(seed: int, work: Path, updates: int = UPDATES, sft_steps: int = SFT
             "updates": metrics[-1].get("learner/updates") if metrics else None,
             "policy_lag_mean": round(sum(lags) / len(lags), 2) if lags else None,
             "run": str(run)}
+
+
+def run_once(seed: int, work: Path, updates: int = UPDATES, sft_steps: int = SFT_STEPS,
+             timeout: float = 600, extra: tuple[str, ...] = ()) -> dict:
+    """One seed of the procedure (see the module); what it measured."""
+    return train(seed, work / "run", warm_start(seed, work, sft_steps, timeout), updates,
+                 timeout, extra)
 
 
 def main() -> None:

@@ -1,11 +1,16 @@
 #!/usr/bin/env python
-"""A learned reward model against the rule it stands in for: GRPO on the reverse
-task (tools/bench/hf_grpo.py's procedure: a tiny Llama, `verl sft`, then the job)
-once with the rule's reward and once with a reward model that `verl rm-train`
-trained on preference pairs from the train file (the right reversal chosen; a
-wrong one, one digit changed, the digits unreversed or one dropped, rejected).
-Both runs are validated by the rule (exact match). Prints each seed's exact
-match before and after for both, and the reward model's share of the rule's.
+"""A learned reward model against the rule it stands in for, on the reverse task
+(tools/bench/hf_grpo.py's procedure: a tiny Llama, `verl sft`, then GRPO).
+
+For each seed, from one warm start: the GRPO job with the rule's reward; and the
+same job with a reward model that `verl rm-train` trained on the rule's scores
+of samples, `--data scored` (default): `--samples` responses to each of 2,000
+train prompts drawn from the warm start itself at temperature 1 (what the
+policy writes, as verl's reward models are trained on its rollouts), each
+scored by the job's rule; or `--data pairs`: the right reversal chosen over a
+made-up wrong one (one digit changed, unreversed, or one dropped). Both runs
+are validated by the rule (exact match). Prints exact match before and after
+for both, and the reward model's share of the rule's.
 
     python tools/bench/reward_model.py --seeds 0 1 2
 """
@@ -13,6 +18,7 @@ match before and after for both, and the reward model's share of the rule's.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import random
 import subprocess
@@ -23,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tools.bench.hf_grpo import UPDATES, run_once  # noqa: E402
+from tools.bench.hf_grpo import UPDATES, train, warm_start  # noqa: E402
 
 RM_CONFIG = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -42,18 +48,52 @@ def wrong(truth: str, rng: random.Random) -> str:
     return truth[:i] + truth[i + 1:]
 
 
-def train_rm(work: Path, seed: int, pairs: int, steps: int) -> Path:
-    """Pairs from a train file of the task (its own seed), and the reward model."""
+def pairs(work: Path, seed: int, n: int) -> list[dict]:
     from verl_zmq.seq.toy_prompts import toy_rows
 
     rng = random.Random(seed)
-    rows = toy_rows("reverse", pairs, 5000 + seed, 4, 6)
-    data = work / "pairs.jsonl"
-    with open(data, "w") as f:
-        for r in rows:
-            t = r["reward_model"]["ground_truth"]
-            f.write(json.dumps({"prompt": r["prompt"], "chosen": t,
-                                "rejected": wrong(t, rng)}) + "\n")
+    return [{"prompt": r["prompt"], "chosen": r["reward_model"]["ground_truth"],
+             "rejected": wrong(r["reward_model"]["ground_truth"], rng)}
+            for r in toy_rows("reverse", n, 5000 + seed, 4, 6)]
+
+
+def scored(work: Path, sft: Path, samples: int) -> list[dict]:
+    """`samples` responses to each train prompt from the warm start, scored by the
+    job's rule (the scorer module `prepare` wrote into `work`)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verl_zmq.seq.data import chat_prompt, read_prompts
+    from verl_zmq.seq.hf import Sampling, generate, pad_left
+
+    spec = importlib.util.spec_from_file_location("toyscore", work / "toyscore.py")
+    assert spec is not None and spec.loader is not None
+    rule = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rule)
+    tok = AutoTokenizer.from_pretrained(sft)
+    model = AutoModelForCausalLM.from_pretrained(sft).eval()
+    records = read_prompts(work / "train.parquet")
+    out = []
+    s = Sampling(n=samples, temperature=1.0, max_new_tokens=8)
+    for lo in range(0, len(records), 128):
+        rs = records[lo:lo + 128]
+        ids = [tok(chat_prompt(r.messages, tok), add_special_tokens=False).input_ids for r in rs]
+        prompt, mask = pad_left(ids, tok.pad_token_id)
+        with torch.no_grad():
+            g = generate(model, prompt, mask, s, tok.eos_token_id, tok.pad_token_id)
+        for j, (row, m) in enumerate(zip(g.response.tolist(), g.mask.tolist(), strict=True)):
+            r = rs[j // samples]
+            text = tok.decode([t for t, k in zip(row, m, strict=True)
+                               if k and t != tok.eos_token_id], skip_special_tokens=True)
+            score = rule.compute_score(r.data_source, text, r.ground_truth)["score"]
+            out.append({"prompt": [{"role": a, "content": c} for a, c in r.messages],
+                        "response": text, "score": score})
+    return out
+
+
+def train_rm(work: Path, rows: list[dict], seed: int, steps: int) -> Path:
+    data = work / "rm_data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = work / "rm"
     r = subprocess.run([sys.executable, "-m", "verl_zmq.cli", "rm-train", str(data), "--out",
                         str(out), "--steps", str(steps), "--batch", "64", "--lr", "1e-3",
@@ -69,19 +109,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--updates", type=int, default=UPDATES)
-    ap.add_argument("--pairs", type=int, default=4000)
+    ap.add_argument("--data", choices=["scored", "pairs"], default="scored")
+    ap.add_argument("--samples", type=int, default=4, help="responses a prompt (scored)")
     ap.add_argument("--rm-steps", type=int, default=600)
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in a.seeds:
             work = Path(tmp) / f"seed{seed}"
-            work.mkdir()
-            rm = train_rm(work, seed, a.pairs, a.rm_steps)
-            rule = run_once(seed, work / "rule", a.updates)
-            model = run_once(seed, work / "model", a.updates,
-                             extra=(f'environment.kwargs.reward="model:{rm}"',))
-            row = {"seed": seed, "before": rule["before"], "rule": rule["after"],
+            start = warm_start(seed, work)
+            data = scored(work, start[2], a.samples) if a.data == "scored" \
+                else pairs(work, seed, 4000)
+            rm = train_rm(work, data, seed, a.rm_steps)
+            rule = train(seed, work / "rule", start, a.updates)
+            model = train(seed, work / "model", start, a.updates,
+                          extra=(f'environment.kwargs.reward="model:{rm}"',))
+            row = {"seed": seed, "before": start[3], "rule": rule["after"],
                    "model": model["after"], "rc": [rule["rc"], model["rc"]]}
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -80,6 +80,21 @@ def test_a_full_disk_is_said_and_sigterm_still_stops_the_launcher(tmp_path):
         os.unlink(disk / "filler")
 
 
+def test_two_writes_of_one_checkpoint_at_once_both_succeed(tmp_path):
+    """A periodic snapshot and a stopping trainer's checkpoint write latest.pt from
+    two threads of one process: each renames its own temporary (a shared name made
+    one of them fail with ENOENT), and the file is one of the two, whole."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from verl_zmq.checkpoint import save_atomic
+
+    path = tmp_path / "latest.pt"
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: save_atomic({"i": torch.tensor(i % 2)}, path), range(64)))
+    assert int(torch.load(path, weights_only=True)["i"]) in (0, 1)
+    assert [p.name for p in tmp_path.iterdir()] == ["latest.pt"]
+
+
 def test_a_checkpoint_write_on_a_full_disk_is_an_oserror_and_keeps_the_old_file(tmp_path):
     """torch's writer reports a full disk as a RuntimeError: the learner, the
     evaluator's best.pt and every snapshot expect an OSError (said, then go on),

@@ -9,6 +9,7 @@ import errno
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,18 @@ import torch
 from .files import free_mb
 
 
+def _temporary(path: Path, kind: str) -> Path:
+    """A name beside `path` that no other write uses: two writes of one file at once
+    (a periodic snapshot and the checkpoint a stopping trainer writes, in two
+    threads of one process) each rename their own."""
+    return path.with_name(f".{path.name}.{kind}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+
+
 def save_atomic(obj: dict[str, Any], path: Path) -> None:
     """Write to a temporary file, then rename: a reader sees the old file or the new
     one. A failed write (a full disk) leaves the old file and no temporary."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _temporary(path, "tmp")
     try:
         try:
             torch.save(obj, tmp)
@@ -42,8 +50,7 @@ def save_atomic(obj: dict[str, Any], path: Path) -> None:
 def save_folder_atomic(write: Callable[[Path], None], path: Path) -> None:
     """Have `write` fill a temporary folder, then swap it in for `path`: a reader
     finds the old folder or the new one whole (for a moment, neither)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    tmp, old = _temporary(path, "tmp"), _temporary(path, "old")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         write(tmp)

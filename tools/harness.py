@@ -14,12 +14,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# where the blocks are drawn: below the launcher's default range (29500-29999, what
+# a job without a port_range binds) and Linux's ephemeral one
+PORTS = (20000, 29400)
+
+
 def free_ports(width: int = 60) -> tuple[int, int]:
     """A free block below Linux's ephemeral range, so no outgoing connection takes it
-    (the package's own, which `verl sweep` gives each trial's job)."""
+    (the package's own, which `verl sweep` gives each trial's job). Under pytest-xdist
+    each worker draws from its own share of the span: two jobs running at once in two
+    workers never share a range (a registry's port taken by the other's job)."""
     from verl_zmq.ops.sweep import free_port_range
 
-    return free_port_range(width)
+    lo, hi = PORTS
+    n = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    i = int(worker[2:]) if worker[2:].isdigit() else 0
+    share = (hi - lo) // max(n, 1)
+    return free_port_range(width, lo + i * share, lo + (i + 1) * share)
 
 
 def poll(pred, timeout: float, every: float = 0.25):

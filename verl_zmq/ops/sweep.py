@@ -70,11 +70,11 @@ class SweepRun:
         return self.job_seed + 1000 * i
 
 
-def free_port_range(width: int = 60) -> tuple[int, int]:
-    """A block of free ports below Linux's ephemeral range (so no outgoing
-    connection takes one) for a job's `launch.port_range`: each trial's own."""
+def free_port_range(width: int = 60, low: int = 20000, high: int = 32000) -> tuple[int, int]:
+    """A block of free ports in [low, high), below Linux's ephemeral range (so no
+    outgoing connection takes one), for a job's `launch.port_range`: each trial's own."""
     for _ in range(200):
-        lo = random.randrange(20000, 32000 - width)
+        lo = random.randrange(low, high - width)
         try:
             for p in range(lo, lo + 8):
                 with socket.socket() as s:

@@ -68,6 +68,7 @@ SAME_UPDATE = ("micro_batch_size", "max_tokens_per_forward")
 
 
 def doubled_loss(new, old, adv, low, high, clip_c):
+    """A policy loss of one's own for the key walk: the clipped surrogate, doubled."""
     ratio = torch.exp(new - old)
     return -2.0 * adv * torch.clamp(ratio, 1 - low, 1 + high), ratio
 

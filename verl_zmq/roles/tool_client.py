@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import wire
 from ..config.wiring import TOOL_CALLS
+from ..seq.tool_sandbox import carry_state
 from .requester import Requester
 
 if TYPE_CHECKING:
@@ -70,9 +71,6 @@ class RemoteTool:
         got = ask(self.requests, self.name, "call", arguments, state)
         if got.error:
             return f"error: {got.error}"
-        after = json.loads(got.state)
-        if isinstance(state, dict) and isinstance(after, dict):  # updated in place
-            state.clear()
-            state.update(after)
+        carry_state(state, json.loads(got.state))
         return got.text
 

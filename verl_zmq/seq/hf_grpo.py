@@ -243,15 +243,13 @@ class HFGRPO(Algorithm[GRPOParams]):
                                         self.settings.temperature).float().cpu().numpy().T
             b, stats["charts/kl_ref"] = kl_to_reference(b, ref, model, self.kl_ctl, p.kl_in)
         prox = None
-        if p.decoupled_loss:  # the clip's anchor: the policy as the update begins
-            with torch.no_grad(), self.autocast():
-                prox = self._forward(prompt, pmask, resp, rmask)[0].float()
-        if self.critic is not None:  # the values as the update begins: GAE's, clipping's
-            with torch.no_grad(), self.autocast():
-                v = self._forward(prompt, pmask, resp, rmask)[2]
-            assert v is not None  # a value head answers
-            b["value"] = v.float().cpu().numpy().T
-            b["bootstrap_value"] = np.zeros(valid.shape[1], np.float32)
+        if p.decoupled_loss or self.critic is not None:  # one pass as the update begins:
+            with torch.no_grad(), self.autocast():  # the clip's anchor, GAE's values
+                logp, _, v = self._forward(prompt, pmask, resp, rmask)
+            prox = logp.float() if p.decoupled_loss else None
+            if v is not None:  # a value head's
+                b["value"] = v.float().cpu().numpy().T
+                b["bootstrap_value"] = np.zeros(valid.shape[1], np.float32)
         est = self.advantage_fn(AdvantageInput(b, p, _no_values, ordinal, how,
                                                self.group_size, self.max_response))
         counted = how[:, 0] == 1  # one response per column: its first episode

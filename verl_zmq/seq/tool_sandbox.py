@@ -43,6 +43,14 @@ print(json.dumps(out))
 """
 
 
+def carry_state(state: Any, after: Any) -> None:
+    """A call's state as it came back (JSON, from a sandbox or a tool server) into
+    the trajectory's own dict, in place: what the next call is handed."""
+    if isinstance(state, dict) and isinstance(after, dict):
+        state.clear()
+        state.update(after)
+
+
 def _ask(path: str, request: dict[str, Any], limits: Limits) -> dict[str, Any]:
     """One confined run of the tool at `path`; its JSON answer, or {"error": why}."""
     # where the roles import from ("": the folder they run in)
@@ -78,9 +86,7 @@ class SandboxedTool:
                    self.limits)
         if "error" in got:
             return f"error: {got['error']}"
-        if isinstance(state, dict) and isinstance(got.get("state"), dict):
-            state.clear()
-            state.update(got["state"])
+        carry_state(state, got.get("state"))
         return str(got.get("text", ""))
 
 

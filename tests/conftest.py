@@ -92,6 +92,21 @@ def kill_launcher_once_training(proc: subprocess.Popen, run: Path, wait_s: float
              what=f"no process of the job left (still: {job_processes(str(run))})")
 
 
+def member_pid(run: Path, member: str) -> int | None:
+    """The pid of the newest process the launcher started as `member` (None: none yet)."""
+    pids = [e["pid"] for e in read_events(run / "logs" / "launcher.jsonl")
+            if e.get("event") == "role_started" and e.get("member") == member]
+    return pids[-1] if pids else None
+
+
+def kill_member(run: Path, member: str) -> int:
+    """SIGKILL the newest process of `member` (it must have started); its pid."""
+    pid = member_pid(run, member)
+    assert pid is not None, f"{member} never started"
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
 def kill_tree(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         try:
@@ -136,17 +151,11 @@ def cartpole_run(tmp_path_factory):
         start_new_session=True)
     killed = {}
     try:
-        launcher_log = run / "logs" / "launcher.jsonl"
-
         def sampler_pid():
             # once the sampler steps its envs, kill it mid-job. Waiting for its first
             # metrics event (logging.interval_s, 5 s) let a run that reached 475 at
             # 8,448 env steps end first, and the kill never came
-            if not sampler_sampling(run, "sampler-1"):
-                return None
-            pids = [e["pid"] for e in read_events(launcher_log)
-                    if e.get("event") == "role_started" and e.get("member") == "sampler-1"]
-            return pids[-1] if pids else None
+            return member_pid(run, "sampler-1") if sampler_sampling(run, "sampler-1") else None
 
         pid = wait_for(sampler_pid, 120, what="sampler-1 sampling")
         os.kill(pid, signal.SIGKILL)

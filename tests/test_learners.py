@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing as mp
-import os
 import signal
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import CONFIGS, kill_tree, read_events, start_job, wait_for
+from tests.conftest import CONFIGS, kill_member, kill_tree, read_events, start_job, wait_for
 from tests.test_grad_mix import ppo_batch
 from verl_zmq.config import ConfigError, load_job
 from verl_zmq.learning.data_parallel import free_port
@@ -142,9 +141,7 @@ def test_a_killed_learner_makes_the_group_form_again_and_the_job_reach_its_targe
         wait_for(lambda: any(e.get("event") == "checkpoint_saved"
                              for e in read_events(logs / "learner-0.jsonl")), 300,
                  what="a checkpoint by rank 0")
-        pid = [e["pid"] for e in read_events(logs / "launcher.jsonl")
-               if e.get("event") == "role_started" and e.get("member") == "learner-1"][-1]
-        os.kill(pid, signal.SIGKILL)
+        kill_member(run, "learner-1")
         killed_at = time.time()
 
         def formed() -> list[dict]:

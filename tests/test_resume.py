@@ -21,6 +21,7 @@ from tests.conftest import (
     PY,
     ROOT,
     free_port_range,
+    kill_member,
     kill_tree,
     read_events,
     verl_here,
@@ -111,10 +112,8 @@ def resumed_run(tmp_path_factory):
         snap = wait_for(lambda: [e for e in _events(run, "replay-0", "replay_snapshot")
                                  if e["size"] >= 500][-1:], 240,
                         what="a snapshot of at least 500 transitions")[0]
-        pid = [e["pid"] for e in read_events(run / "logs" / "launcher.jsonl")
-               if e.get("event") == "role_started" and e.get("member") == "replay-0"][-1]
         n_restored = len(_events(run, "replay-0", "replay_restored"))
-        os.kill(pid, signal.SIGKILL)
+        kill_member(run, "replay-0")
         killed = {"snapshot": snap, "n_restored": n_restored}
 
         def steps():

@@ -7,15 +7,13 @@ is refused before anything starts, naming the key."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 
 import numpy as np
 import pytest
 
 pytest.importorskip("transformers")
 
-from tests.conftest import CONFIGS, kill_tree, read_events, verl_here, wait_for  # noqa: E402
+from tests.conftest import CONFIGS, kill_member, kill_tree, read_events, verl_here, wait_for  # noqa: E402
 from tools.harness import start  # noqa: E402
 from verl_zmq.seq.toy_prompts import toy_rows, write_prompts  # noqa: E402
 
@@ -95,9 +93,7 @@ def test_a_job_scored_by_the_reward_model_survives_its_server_killed(rm, tmp_pat
         wait_for(lambda: [e for e in read_events(run / "logs" / "rewardmodel-0.jsonl")
                           if e.get("event") == "first_batch_scored"], 180,
                  what="the reward model scoring")
-        pid = [e["pid"] for e in read_events(run / "logs" / "launcher.jsonl")
-               if e.get("event") == "role_started" and e.get("member") == "rewardmodel-0"][-1]
-        os.kill(pid, signal.SIGKILL)
+        pid = kill_member(run, "rewardmodel-0")
         rc = proc.wait(600)
     finally:
         kill_tree(proc)

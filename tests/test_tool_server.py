@@ -7,13 +7,12 @@ server killed -9 mid-run comes back and answers again; and the job ends done."""
 from __future__ import annotations
 
 import os
-import signal
 
 import pytest
 
 pytest.importorskip("transformers")
 
-from tests.conftest import CONFIGS, kill_tree, read_events, wait_for  # noqa: E402
+from tests.conftest import CONFIGS, kill_member, kill_tree, read_events, wait_for  # noqa: E402
 from tests.taught import build, teach  # noqa: E402
 from tools.harness import start  # noqa: E402
 from verl_zmq.sandbox import confined  # noqa: E402
@@ -80,9 +79,7 @@ def test_every_escape_is_an_error_the_model_reads_and_a_killed_server_comes_back
         for kind in ("fork", "write", "socket") if confined() else ("fork",):
             assert said[f'{{"do": "{kind}"}}'].startswith("error"), said
         assert not os.path.exists("/tmp/verl-tool-escaped") or not confined()
-        pid = [e["pid"] for e in read_events(run / "logs" / "launcher.jsonl")
-               if e.get("event") == "role_started" and e.get("member") == "toolserver-0"][-1]
-        os.kill(pid, signal.SIGKILL)
+        pid = kill_member(run, "toolserver-0")
         rc = proc.wait(600)
     finally:
         kill_tree(proc)
